@@ -1,0 +1,80 @@
+/* byteps C API: the one framework-neutral entry point (the Python plugins are built on it).
+ *
+ * Conventions: functions returning int give 0 (or a non-negative value) on success and -1 on
+ * failure; byteps_last_error() then returns a message (thread-local, valid until the next call on
+ * this thread) that names the tensor, node or variable involved, and byteps_last_error_code()
+ * a byteps_status code. Thread-safe: any thread may call any function after byteps_init().
+ */
+#ifndef BYTEPS_C_API_H_
+#define BYTEPS_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types (BytePS/mshadow codes; bfloat16 is ours). */
+enum byteps_dtype {
+  BYTEPS_FLOAT32 = 0,
+  BYTEPS_FLOAT64 = 1,
+  BYTEPS_FLOAT16 = 2,
+  BYTEPS_UINT8 = 3,
+  BYTEPS_INT32 = 4,
+  BYTEPS_INT8 = 5,
+  BYTEPS_INT64 = 6,
+  BYTEPS_BFLOAT16 = 7,
+};
+
+enum byteps_status {
+  BYTEPS_OK = 0,
+  BYTEPS_INVALID_ARGUMENT = 1,
+  BYTEPS_PRECONDITION = 2,
+  BYTEPS_UNAVAILABLE = 3,
+  BYTEPS_DEADLINE_EXCEEDED = 4,
+  BYTEPS_ABORTED = 5,
+  BYTEPS_PROTOCOL = 6,
+  BYTEPS_INTERNAL = 7,
+};
+
+typedef int64_t byteps_handle_t;
+
+/* Reads the configuration from the environment and joins the job (blocks until every worker and
+ * server has registered, or BYTEPS_START_TIMEOUT). Idempotent. */
+int byteps_init(void);
+/* Finishes outstanding work, leaves the job together with the other workers. Idempotent. */
+int byteps_shutdown(void);
+int byteps_is_initialized(void);
+
+/* Global rank/size of this training process, and within its host. -1 before init. */
+int byteps_rank(void);
+int byteps_size(void);
+int byteps_local_rank(void);
+int byteps_local_size(void);
+
+/* Declares a tensor name (same order on every worker). Returns its key, or -1. */
+int byteps_declare(const char* name);
+/* Declares with size and dtype: its partitions are placed on servers by bytes right away. */
+int byteps_declare_tensor(const char* name, size_t bytes, int dtype);
+
+/* Starts the sum (average != 0: the mean) of `bytes` bytes at `input` over all workers, written to
+ * `output` (may equal input). Both buffers must stay valid until the handle completes. Returns a
+ * handle (> 0) or -1. priority: higher is sent first. */
+byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes,
+                                       int dtype, int average, int priority);
+/* 1 when done, 0 while running, -1 when the operation failed (see byteps_last_error). */
+int byteps_poll(byteps_handle_t handle);
+/* Waits up to timeout_s seconds (< 0: BYTEPS_TIMEOUT). 0 when done, -1 on failure or timeout. */
+int byteps_wait(byteps_handle_t handle, double timeout_s);
+/* Forgets a finished handle. */
+void byteps_release(byteps_handle_t handle);
+
+const char* byteps_last_error(void);
+int byteps_last_error_code(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BYTEPS_C_API_H_ */

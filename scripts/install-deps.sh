@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every system package byteps needs to build, test and benchmark, from Debian's archive.
+# Idempotent: when everything is present it only checks (a second or two), no network.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake ninja-build pkg-config git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libfmt-dev libspdlog-dev libcli11-dev nlohmann-json3-dev libssl-dev
+  pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
+  python3-setuptools python3-venv python3-pip
+  clang libclang-rt-14-dev
+  iperf3 iproute2 procps psmisc
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,99 @@
+// byteps._core: the pybind11 module over the C API. Plugins (byteps.numpy, byteps.torch) pass raw
+// data pointers, sizes and dtype codes, so one build works with any framework version. Errors
+// become byteps._core.BytePSError (a RuntimeError) or ValueError for invalid arguments, carrying
+// the core's message.
+#include <pybind11/pybind11.h>
+
+#include <string>
+
+#include "byteps/c_api.h"
+
+namespace py = pybind11;
+
+namespace {
+
+PyObject* g_error_type = nullptr;
+
+[[noreturn]] void Raise() {
+  std::string msg = byteps_last_error();
+  int code = byteps_last_error_code();
+  if (code == BYTEPS_INVALID_ARGUMENT) throw py::value_error(msg);
+  PyErr_SetString(g_error_type, msg.c_str());
+  throw py::error_already_set();
+}
+
+int Check(int rc) {
+  if (rc < 0) Raise();
+  return rc;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "byteps native core (C API bindings)";
+  static py::exception<std::runtime_error> err(m, "BytePSError", PyExc_RuntimeError);
+  g_error_type = err.ptr();
+
+  m.def("init", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = byteps_init();
+    }
+    Check(rc);
+  });
+  m.def("shutdown", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = byteps_shutdown();
+    }
+    Check(rc);
+  });
+  m.def("is_initialized", [] { return byteps_is_initialized() != 0; });
+  m.def("rank", [] { return Check(byteps_rank()); });
+  m.def("size", [] { return Check(byteps_size()); });
+  m.def("local_rank", [] { return Check(byteps_local_rank()); });
+  m.def("local_size", [] { return Check(byteps_local_size()); });
+  m.def("declare", [](const std::string& name) { return Check(byteps_declare(name.c_str())); }, py::arg("name"));
+  m.def(
+      "declare_tensor",
+      [](const std::string& name, size_t nbytes, int dtype) {
+        return Check(byteps_declare_tensor(name.c_str(), nbytes, dtype));
+      },
+      py::arg("name"), py::arg("nbytes"), py::arg("dtype"));
+  m.def(
+      "push_pull_async",
+      [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes, int dtype, bool average,
+         int priority) {
+        byteps_handle_t h = byteps_push_pull_async(name.c_str(), reinterpret_cast<const void*>(input),
+                                                   reinterpret_cast<void*>(output), nbytes, dtype, average ? 1 : 0,
+                                                   priority);
+        if (h < 0) Raise();
+        return h;
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
+      py::arg("average"), py::arg("priority") = 0);
+  m.def("poll", [](int64_t h) { return Check(byteps_poll(h)) == 1; }, py::arg("handle"));
+  m.def(
+      "wait",
+      [](int64_t h, double timeout) {
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = byteps_wait(h, timeout);
+        }
+        Check(rc);
+      },
+      py::arg("handle"), py::arg("timeout") = -1.0);
+  m.def("release", [](int64_t h) { byteps_release(h); }, py::arg("handle"));
+
+  m.attr("FLOAT32") = static_cast<int>(BYTEPS_FLOAT32);
+  m.attr("FLOAT64") = static_cast<int>(BYTEPS_FLOAT64);
+  m.attr("FLOAT16") = static_cast<int>(BYTEPS_FLOAT16);
+  m.attr("UINT8") = static_cast<int>(BYTEPS_UINT8);
+  m.attr("INT32") = static_cast<int>(BYTEPS_INT32);
+  m.attr("INT8") = static_cast<int>(BYTEPS_INT8);
+  m.attr("INT64") = static_cast<int>(BYTEPS_INT64);
+  m.attr("BFLOAT16") = static_cast<int>(BYTEPS_BFLOAT16);
+}

@@ -1,0 +1,230 @@
+#include "cli/bench_cmd.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "worker/engine.h"
+
+namespace byteps::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+std::string HumanBytes(size_t b) {
+  if (b >= (1u << 30) && b % (1u << 30) == 0) return fmt::format("{}G", b >> 30);
+  if (b >= (1u << 20) && b % (1u << 20) == 0) return fmt::format("{}M", b >> 20);
+  if (b >= 1024 && b % 1024 == 0) return fmt::format("{}K", b >> 10);
+  return fmt::format("{}", b);
+}
+
+void Emit(const nlohmann::json& j, const BenchOptions& o) {
+  std::string s = j.dump();
+  fmt::print("JSON {}\n", s);
+  if (!o.json_path.empty()) {
+    std::ofstream f(o.json_path);
+    f << j.dump(2) << "\n";
+  }
+}
+
+// A plain TCP stream over loopback: the ceiling a push_pull on this machine is measured against.
+int RunRawTcp(const BenchOptions& o) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(ls, 1) != 0) {
+    fmt::print(stderr, "raw tcp: cannot listen on loopback: {}\n", std::strerror(errno));
+    return 1;
+  }
+  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+  const size_t chunk = 64u << 20;
+  std::thread reader([ls] {
+    int fd = ::accept(ls, nullptr, nullptr);
+    std::vector<uint8_t> buf(4u << 20);
+    while (::recv(fd, buf.data(), buf.size(), 0) > 0) {
+    }
+    ::close(fd);
+  });
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    fmt::print(stderr, "raw tcp: connect failed\n");
+    return 1;
+  }
+  std::vector<uint8_t> data(chunk, 1);
+  std::vector<double> rates;
+  auto end = Clock::now() + std::chrono::duration<double>(o.raw_seconds);
+  while (Clock::now() < end) {
+    auto t0 = Clock::now();
+    size_t sent = 0;
+    while (sent < chunk) {
+      ssize_t n = ::send(fd, data.data() + sent, chunk - sent, 0);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    rates.push_back(chunk / dt / 1e9);
+  }
+  ::close(fd);
+  reader.join();
+  ::close(ls);
+  double gbps = Median(rates);
+  fmt::print("# raw TCP stream over loopback, 64 MiB writes, {:.1f} s\n", o.raw_seconds);
+  fmt::print("raw_tcp_GBps {:.3f}\n", gbps);
+  Emit(nlohmann::json{{"mode", "raw_tcp"}, {"GBps", gbps}, {"samples", rates.size()}}, o);
+  return 0;
+}
+
+int RunManyTensors(worker::Engine& e, const BenchOptions& o, DataType dt) {
+  const int n = o.tensors;
+  std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(o.tensor_bytes, 0));
+  for (int i = 0; i < n; ++i) {
+    auto k = e.Declare(fmt::format("bench.small.{}", i), std::make_pair(o.tensor_bytes, dt));
+    if (!k.ok()) {
+      fmt::print(stderr, "{}\n", k.status().message());
+      return 1;
+    }
+  }
+  int iters = o.iters > 0 ? o.iters : 20;
+  std::vector<double> per_tensor_us;
+  for (int it = 0; it < o.warmup + iters; ++it) {
+    auto t0 = Clock::now();
+    std::vector<worker::HandleId> hs;
+    hs.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      worker::TensorRequest r;
+      r.name = fmt::format("bench.small.{}", i);
+      r.input = r.output = bufs[i].data();
+      r.bytes = o.tensor_bytes;
+      r.dtype = dt;
+      auto h = e.Enqueue(r);
+      if (!h.ok()) {
+        fmt::print(stderr, "{}\n", h.status().message());
+        return 1;
+      }
+      hs.push_back(h.value());
+    }
+    for (auto h : hs) {
+      Status st = e.Wait(h);
+      e.Release(h);
+      if (!st.ok()) {
+        fmt::print(stderr, "{}\n", st.message());
+        return 1;
+      }
+    }
+    double dt_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (it >= o.warmup) per_tensor_us.push_back(dt_s * 1e6 / n);
+  }
+  double med = Median(per_tensor_us);
+  if (e.rank() == 0) {
+    fmt::print("# {} tensors of {} B per iteration, {} iterations, {} workers\n", n, o.tensor_bytes, iters, e.size());
+    fmt::print("per_tensor_us {:.2f}\n", med);
+    Emit(nlohmann::json{{"mode", "many_tensors"}, {"tensors", n}, {"tensor_bytes", o.tensor_bytes},
+                        {"iterations", iters}, {"per_tensor_us_median", med}, {"workers", e.size()}},
+         o);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunBench(const config::Config& config, const BenchOptions& o) {
+  if (o.raw_tcp) return RunRawTcp(o);
+  auto dt = DataTypeFromName(o.dtype);
+  if (!dt) {
+    fmt::print(stderr, "bench: unknown dtype '{}'\n", o.dtype);
+    return 2;
+  }
+  auto engine = worker::Engine::Start(config);
+  if (!engine.ok()) {
+    fmt::print(stderr, "bench: {}\n", engine.status().message());
+    return 1;
+  }
+  worker::Engine& e = *engine.value();
+  int rc = 0;
+  if (o.tensors > 0) {
+    rc = RunManyTensors(e, o, *dt);
+  } else {
+    const size_t esize = DataTypeSize(*dt);
+    const int n = e.size();
+    const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
+    std::vector<uint8_t> buf(std::max(o.max_bytes, esize), 0);
+    nlohmann::json rows = nlohmann::json::array();
+    if (e.rank() == 0) {
+      fmt::print("# byteps bench: {} workers, {} servers, partition {} B, credit {}, dtype {}\n", n,
+                 config.num_servers, config.partition_bytes, config.scheduling_credit, o.dtype);
+      fmt::print("{:>10} {:>12} {:>6} {:>12} {:>10} {:>10}\n", "size", "count", "iters", "time_us", "algbw_GBps",
+                 "busbw_GBps");
+    }
+    for (size_t bytes = std::max(o.min_bytes, esize); bytes <= o.max_bytes; bytes *= o.step_factor) {
+      size_t b = bytes / esize * esize;
+      std::string name = fmt::format("bench.{}", b);
+      auto k = e.Declare(name, std::make_pair(b, *dt));
+      if (!k.ok()) {
+        fmt::print(stderr, "{}\n", k.status().message());
+        return 1;
+      }
+      int iters = o.iters > 0 ? o.iters : static_cast<int>(std::clamp<size_t>((512u << 20) / b, 5, 50));
+      std::vector<double> times;
+      for (int it = 0; it < o.warmup + iters; ++it) {
+        worker::TensorRequest r;
+        r.name = name;
+        r.input = r.output = buf.data();
+        r.bytes = b;
+        r.dtype = *dt;
+        auto t0 = Clock::now();
+        auto h = e.Enqueue(r);
+        Status st = h.ok() ? e.Wait(h.value()) : h.status();
+        if (h.ok()) e.Release(h.value());
+        if (!st.ok()) {
+          fmt::print(stderr, "bench: {}\n", st.message());
+          return 1;
+        }
+        if (it >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      }
+      double t = Median(times);
+      double algbw = b / t / 1e9;
+      if (e.rank() == 0) {
+        fmt::print("{:>10} {:>12} {:>6} {:>12.1f} {:>10.3f} {:>10.3f}\n", HumanBytes(b), b / esize, iters, t * 1e6,
+                   algbw, algbw * bus_factor);
+        std::fflush(stdout);
+      }
+      rows.push_back({{"bytes", b}, {"iters", iters}, {"time_us_median", t * 1e6}, {"algbw_GBps", algbw},
+                      {"busbw_GBps", algbw * bus_factor}});
+      if (bytes > o.max_bytes / o.step_factor) break;
+    }
+    if (e.rank() == 0) {
+      Emit(nlohmann::json{{"mode", "sweep"}, {"workers", n}, {"servers", config.num_servers},
+                          {"partition_bytes", config.partition_bytes}, {"dtype", o.dtype}, {"rows", rows}},
+           o);
+    }
+  }
+  Status st = e.Shutdown();
+  if (!st.ok()) {
+    fmt::print(stderr, "bench: shutdown: {}\n", st.message());
+    return 1;
+  }
+  return rc;
+}
+
+}  // namespace byteps::cli

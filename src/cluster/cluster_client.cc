@@ -1,0 +1,217 @@
+#include "cluster/cluster_client.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "common/logging.h"
+
+namespace byteps::cluster {
+
+using protocol::Header;
+using protocol::Opcode;
+
+ClusterClient::ClusterClient(const ClientOptions& options, FailureCallback on_failure)
+    : options_(options), on_failure_(std::move(on_failure)) {}
+
+StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transport& transport,
+                                                              const ClientOptions& options,
+                                                              FailureCallback on_failure) {
+  std::unique_ptr<ClusterClient> c(new ClusterClient(options, std::move(on_failure)));
+  auto t0 = std::chrono::steady_clock::now();
+  auto conn = transport.Connect(options.root_uri, options.root_port, c.get(), options.start_timeout_s);
+  if (!conn.ok()) {
+    return Unavailable(fmt::format("cannot reach the scheduler at {}:{} (DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT): {}",
+                                   options.root_uri, options.root_port, conn.status().message()));
+  }
+  c->conn_ = conn.value();
+  c->conn_->set_peer_name(fmt::format("scheduler ({}:{})", options.root_uri, options.root_port));
+  protocol::RegisterRequest req;
+  req.role = options.role;
+  req.requested_rank = options.requested_rank;
+  req.host = options.host;
+  req.port = options.port;
+  req.pid = static_cast<int>(getpid());
+  req.num_workers = options.num_workers;
+  req.num_servers = options.num_servers;
+  Header h;
+  h.opcode = Opcode::kRegister;
+  BYTEPS_RETURN_IF_ERROR(c->conn_->SendCopy(h, protocol::Encode(req)));
+  double left = options.start_timeout_s -
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ClusterClient* raw = c.get();
+  Status st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty(); },
+                         std::max(left, 0.1), "registration with the scheduler");
+  if (!st.ok()) return st;
+  {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    if (!c->refusal_.empty()) return Aborted("the scheduler refused this " + options.role + ": " + c->refusal_);
+  }
+  if (options.heartbeat_interval_s > 0) {
+    c->heartbeat_ = std::thread([raw] { raw->HeartbeatLoop(); });
+  }
+  return c;
+}
+
+ClusterClient::~ClusterClient() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (conn_) conn_->Close(Aborted("cluster client closed"));
+}
+
+std::vector<protocol::NodeInfo> ClusterClient::servers() const {
+  std::vector<protocol::NodeInfo> out;
+  for (const auto& n : nodes_)
+    if (n.role == "server") out.push_back(n);
+  return out;
+}
+
+std::vector<protocol::NodeInfo> ClusterClient::workers() const {
+  std::vector<protocol::NodeInfo> out;
+  for (const auto& n : nodes_)
+    if (n.role == "worker") out.push_back(n);
+  return out;
+}
+
+Status ClusterClient::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+Status ClusterClient::WaitFor(const std::function<bool()>& done, double timeout_s, const std::string& what) {
+  std::unique_lock<std::mutex> lock(mu_);
+  bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                         [&] { return done() || !failure_.ok(); });
+  if (done()) return Status::Ok();
+  if (!failure_.ok()) return failure_.WithContext(what);
+  if (!ok) return DeadlineExceeded(fmt::format("{} did not complete within {:.0f} s", what, timeout_s));
+  return Status::Ok();
+}
+
+Status ClusterClient::Barrier(uint64_t id, bool all_nodes) {
+  Header h;
+  h.opcode = Opcode::kBarrier;
+  h.key = id;
+  h.flags = all_nodes ? 1 : 0;
+  BYTEPS_RETURN_IF_ERROR(conn_->SendCopy(h, ""));
+  return WaitFor([&] { return released_barriers_.count(id) > 0; }, options_.op_timeout_s,
+                 fmt::format("barrier {}", id));
+}
+
+Status ClusterClient::Finish() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+  }
+  Header h;
+  h.opcode = Opcode::kFinish;
+  BYTEPS_RETURN_IF_ERROR(conn_->SendCopy(h, ""));
+  BYTEPS_RETURN_IF_ERROR(WaitFor([&] { return terminated_; }, options_.op_timeout_s,
+                                 "shutdown (waiting for the other workers to finish)"));
+  std::lock_guard<std::mutex> lock(mu_);
+  return terminate_code_ == 0 ? Status::Ok() : failure_;
+}
+
+Status ClusterClient::WaitTerminate() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return terminated_ || !failure_.ok(); });
+  if (terminated_ && terminate_code_ == 0) return Status::Ok();
+  return failure_.ok() ? Aborted("the job was terminated after a failure") : failure_;
+}
+
+void ClusterClient::Fail(const Status& st) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = st;
+  }
+  cv_.notify_all();
+  BYTEPS_LOG(Error, "{}", st.message());
+  if (on_failure_) on_failure_(st);
+}
+
+StatusOr<transport::RecvBuffer> ClusterClient::OnHeader(transport::Connection& c, const Header& h) {
+  if (h.payload_len > (16u << 20)) {
+    return ProtocolError(fmt::format("oversized {} frame from the scheduler", protocol::OpcodeName(h.opcode)));
+  }
+  return transport::RecvBuffer{};
+}
+
+void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  std::string payload(reinterpret_cast<const char*>(b.data), b.size);
+  switch (h.opcode) {
+    case Opcode::kRegisterReply: {
+      auto r = protocol::DecodeRegisterReply(payload);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!r.ok()) {
+        refusal_ = r.status().message();
+      } else if (!r->error.empty()) {
+        refusal_ = r->error;
+      } else {
+        rank_ = r->rank;
+        nodes_ = r->nodes;
+        registered_ = true;
+      }
+      cv_.notify_all();
+      break;
+    }
+    case Opcode::kBarrierRelease: {
+      std::lock_guard<std::mutex> lock(mu_);
+      released_barriers_.insert(h.key);
+      cv_.notify_all();
+      break;
+    }
+    case Opcode::kNodeFailed: {
+      auto n = protocol::DecodeNodeFailedNotice(payload);
+      Fail(n.ok() ? Unavailable(n->reason) : n.status());
+      break;
+    }
+    case Opcode::kJobError:
+      Fail(Aborted(fmt::format("the scheduler ended the job: {}", payload)));
+      break;
+    case Opcode::kTerminate: {
+      if (h.arg != 0) Fail(Aborted("the scheduler terminated the job after a failure"));
+      std::lock_guard<std::mutex> lock(mu_);
+      terminated_ = true;
+      terminate_code_ = h.arg;
+      cv_.notify_all();
+      break;
+    }
+    default:
+      BYTEPS_LOG(Warning, "unexpected {} from the scheduler; ignored", protocol::OpcodeName(h.opcode));
+  }
+}
+
+void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
+  bool expected;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    expected = terminated_ || stopping_;
+  }
+  if (!expected) {
+    Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}", options_.root_uri,
+                                 options_.root_port, reason.message())));
+  }
+}
+
+void ClusterClient::HeartbeatLoop() {
+  pthread_setname_np(pthread_self(), "bps-heartbeat");
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_ && !terminated_) {
+    cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_interval_s));
+    if (stopping_ || terminated_) break;
+    lock.unlock();
+    Header h;
+    h.opcode = Opcode::kHeartbeat;
+    (void)conn_->SendCopy(h, "");
+    lock.lock();
+  }
+}
+
+}  // namespace byteps::cluster

@@ -1,0 +1,90 @@
+// What every worker and server runs to join a job: registers with the scheduler, learns its rank
+// and the address table, sends heartbeats, takes part in barriers, and hears about failures and
+// the end of the job.
+// Threading: public methods are thread-safe. on_failure runs on a transport I/O thread (must not
+// block). A heartbeat thread runs while connected.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/control.h"
+#include "transport/transport.h"
+
+namespace byteps::cluster {
+
+struct ClientOptions {
+  std::string role = "worker";  // "worker" | "server"
+  int requested_rank = -1;
+  std::string host = "127.0.0.1";  // address others use to reach this node
+  int port = 0;                    // data port (servers)
+  std::string root_uri = "127.0.0.1";
+  int root_port = 0;
+  int num_workers = 1;
+  int num_servers = 1;
+  double start_timeout_s = 60;
+  double heartbeat_interval_s = 1;  // 0 = off
+  double op_timeout_s = 300;        // barrier / finish deadline
+};
+
+class ClusterClient : public transport::Handler {
+ public:
+  using FailureCallback = std::function<void(const Status&)>;
+
+  // Connects to the scheduler and registers; blocks until the address table arrives, the
+  // scheduler refuses us, or start_timeout_s passes. `transport` is borrowed and must outlive
+  // the client.
+  static StatusOr<std::unique_ptr<ClusterClient>> Join(transport::Transport& transport,
+                                                       const ClientOptions& options,
+                                                       FailureCallback on_failure);
+  ~ClusterClient() override;
+
+  int rank() const { return rank_; }
+  const std::vector<protocol::NodeInfo>& nodes() const { return nodes_; }
+  std::vector<protocol::NodeInfo> servers() const;
+  std::vector<protocol::NodeInfo> workers() const;
+
+  // Blocks until every worker (all_nodes=false) or every node entered barrier `id`.
+  Status Barrier(uint64_t id, bool all_nodes);
+  // Worker: tells the scheduler this worker is done and waits for the job's end.
+  Status Finish();
+  // Server: blocks until the scheduler ends the job. OK for a clean end, else the failure.
+  Status WaitTerminate();
+  // The first failure heard (node death, job error, scheduler lost); OK while healthy.
+  Status failure() const;
+
+  StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
+  void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
+  void OnClose(transport::Connection& c, const Status& reason) override;
+
+ private:
+  ClusterClient(const ClientOptions& options, FailureCallback on_failure);
+  void Fail(const Status& st);
+  void HeartbeatLoop();
+  Status WaitFor(const std::function<bool()>& done, double timeout_s, const std::string& what);
+
+  ClientOptions options_;
+  FailureCallback on_failure_;
+  std::shared_ptr<transport::Connection> conn_;
+  int rank_ = -1;
+  std::vector<protocol::NodeInfo> nodes_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool registered_ = false;
+  std::string refusal_;
+  std::set<uint64_t> released_barriers_;
+  bool terminated_ = false;
+  uint64_t terminate_code_ = 0;
+  bool stopping_ = false;
+  Status failure_;
+  std::thread heartbeat_;
+};
+
+}  // namespace byteps::cluster

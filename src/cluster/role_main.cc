@@ -1,0 +1,25 @@
+#include "cluster/role_main.h"
+
+#include "cluster/scheduler.h"
+#include "common/logging.h"
+
+namespace byteps::cluster {
+
+Status RunScheduler(const config::Config& c) {
+  SchedulerOptions o;
+  o.host = c.node_host.empty() ? "0.0.0.0" : c.node_host;
+  o.port = c.root_port;
+  o.num_workers = c.num_workers;
+  o.num_servers = c.num_servers;
+  o.start_timeout_s = c.start_timeout_s;
+  o.heartbeat_timeout_s = c.heartbeat_interval_s > 0 ? c.heartbeat_timeout_s : 0;
+  o.transport.io_threads = 1;
+  o.transport.max_payload_bytes = 1 << 20;
+  auto s = Scheduler::Start(o);
+  if (!s.ok()) return s.status();
+  Status st = s.value()->Wait();
+  s.value()->WaitDisconnect(2.0);
+  return st;
+}
+
+}  // namespace byteps::cluster

@@ -1,0 +1,368 @@
+#include "cluster/scheduler.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace byteps::cluster {
+
+using protocol::Header;
+using protocol::Opcode;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+constexpr uint64_t kMaxControlPayload = 1 << 20;  // control frames are small; refuse floods
+
+std::string JoinInts(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+}  // namespace
+
+StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(const SchedulerOptions& options) {
+  std::unique_ptr<Scheduler> s(new Scheduler(options));
+  auto port = s->transport_->Listen(options.host, options.port, s.get());
+  if (!port.ok()) return port.status().WithContext("scheduler");
+  s->port_ = port.value();
+  s->start_time_ = Clock::now();
+  s->watchdog_ = std::thread([p = s.get()] { p->Watchdog(); });
+  BYTEPS_LOG(Info, "scheduler listening on {}:{} for {} workers and {} servers", options.host,
+             s->port_, options.num_workers, options.num_servers);
+  return s;
+}
+
+Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
+  options_.transport.name = "sched";
+  transport_ = transport::CreateTcpTransport(options_.transport);
+}
+
+Scheduler::~Scheduler() {
+  Stop(Aborted("scheduler destroyed"));
+  if (watchdog_.joinable()) watchdog_.join();
+  transport_->Shutdown();
+}
+
+void Scheduler::Flush(Outbox* out) {
+  for (auto& [conn, msg] : *out) {
+    if (conn) (void)conn->SendCopy(msg.first, msg.second);
+  }
+  out->clear();
+}
+
+StatusOr<transport::RecvBuffer> Scheduler::OnHeader(transport::Connection& c, const Header& h) {
+  if (h.payload_len > kMaxControlPayload) {
+    return ProtocolError(fmt::format("{} sent a {}-byte {} frame to the scheduler (limit {})",
+                                     c.peer_name(), h.payload_len, protocol::OpcodeName(h.opcode),
+                                     kMaxControlPayload));
+  }
+  switch (h.opcode) {
+    case Opcode::kRegister:
+    case Opcode::kBarrier:
+    case Opcode::kHeartbeat:
+    case Opcode::kFinish:
+      return transport::RecvBuffer{};
+    default:
+      return ProtocolError(fmt::format("{} sent {} to the scheduler, which only takes control frames",
+                                       c.peer_name(), protocol::OpcodeName(h.opcode)));
+  }
+}
+
+void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  Outbox out;
+  bool refuse = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string payload(reinterpret_cast<const char*>(b.data), b.size);
+    if (h.opcode == Opcode::kRegister) {
+      HandleRegister(c, payload, &out);
+    } else {
+      auto it = nodes_.find(&c);
+      if (it == nodes_.end()) {
+        BYTEPS_LOG(Warning, "{} sent {} before registering; closing it", c.peer_name(),
+                   protocol::OpcodeName(h.opcode));
+        refuse = true;
+      }
+    }
+    if (!refuse && h.opcode != Opcode::kRegister) {
+      auto it = nodes_.find(&c);
+      Node& node = it->second;
+      node.last_seen = Clock::now();
+      if (h.opcode == Opcode::kBarrier && rendezvous_done_) {
+        auto& members = barriers_[h.key];
+        members.insert(&c);
+        size_t expected = h.flags == 1 ? nodes_.size() : static_cast<size_t>(options_.num_workers);
+        if (members.size() == expected) {
+          for (auto* m : members) {
+            Header r;
+            r.opcode = Opcode::kBarrierRelease;
+            r.key = h.key;
+            out.push_back({nodes_[m].conn, {r, ""}});
+          }
+          barriers_.erase(h.key);
+        }
+      } else if (h.opcode == Opcode::kFinish && !node.finished) {
+        node.finished = true;
+        if (node.info.role == "worker" && ++finished_workers_ == options_.num_workers) {
+          BYTEPS_LOG(Info, "all {} workers finished; terminating the job", options_.num_workers);
+          TerminateLocked(0, &out);
+        }
+      }
+    }
+  }
+  if (refuse) c.Close(ProtocolError("frame before registration"));
+  Flush(&out);
+}
+
+void Scheduler::HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out) {
+  auto conn = c.shared_from_this();
+  auto reject = [&](const std::string& why) {
+    BYTEPS_LOG(Error, "refused registration from {}: {}", c.peer_name(), why);
+    protocol::RegisterReply r;
+    r.error = why;
+    Header h;
+    h.opcode = Opcode::kRegisterReply;
+    out->push_back({conn, {h, protocol::Encode(r)}});
+  };
+  auto req = protocol::DecodeRegisterRequest(payload);
+  if (!req.ok()) {
+    reject(req.status().message());
+    return;
+  }
+  const auto& r = req.value();
+  if (r.role != "worker" && r.role != "server") {
+    reject(fmt::format("unknown role '{}'", r.role));
+    return;
+  }
+  if (r.num_workers != options_.num_workers || r.num_servers != options_.num_servers) {
+    reject(fmt::format("{} at {} believes the job has DMLC_NUM_WORKER={} DMLC_NUM_SERVER={}, but the "
+                       "scheduler was started with {} and {}",
+                       r.role, r.host, r.num_workers, r.num_servers, options_.num_workers,
+                       options_.num_servers));
+    return;
+  }
+  if (rendezvous_done_ || job_over_) {
+    reject(fmt::format("the job already has all {} workers and {} servers; a {} from {} (pid {}) is one "
+                       "too many (check DMLC_NUM_WORKER / DMLC_NUM_SERVER)",
+                       options_.num_workers, options_.num_servers, r.role, r.host, r.pid));
+    return;
+  }
+  int have = 0;
+  for (auto& [_, n] : nodes_) {
+    if (n.req.role != r.role) continue;
+    ++have;
+    if (r.requested_rank >= 0 && n.req.requested_rank == r.requested_rank) {
+      reject(fmt::format("{} rank {} is already taken by pid {} at {} (duplicate DMLC_WORKER_ID?)",
+                         r.role, r.requested_rank, n.req.pid, n.req.host));
+      return;
+    }
+  }
+  int limit = r.role == "worker" ? options_.num_workers : options_.num_servers;
+  if (r.requested_rank >= limit) {
+    reject(fmt::format("requested {} rank {} is out of range for a job of {}", r.role, r.requested_rank, limit));
+    return;
+  }
+  if (have >= limit) {
+    reject(fmt::format("the job expects {} {}s and all have registered; this one (pid {} at {}) is one too "
+                       "many (check DMLC_NUM_{})",
+                       limit, r.role, r.pid, r.host, r.role == "worker" ? "WORKER" : "SERVER"));
+    return;
+  }
+  Node n;
+  n.conn = conn;
+  n.req = r;
+  n.info.role = r.role;
+  n.info.host = r.host;
+  n.info.port = r.port;
+  n.info.pid = r.pid;
+  n.last_seen = Clock::now();
+  nodes_[&c] = n;
+  c.set_peer_name(fmt::format("{} pid {} at {}", r.role, r.pid, c.peer_name()));
+  BYTEPS_LOG(Info, "registered {} (pid {}, {}:{}); {} of {} nodes", r.role, r.pid, r.host, r.port,
+             nodes_.size(), options_.num_workers + options_.num_servers);
+  MaybeCompleteRendezvousLocked(out);
+}
+
+void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
+  if (nodes_.size() != static_cast<size_t>(options_.num_workers + options_.num_servers)) return;
+  // Ranks: requested ones first, then the free ranks in registration order (map order is by
+  // pointer, so sort by arrival time for determinism).
+  std::vector<Node*> order;
+  for (auto& [_, n] : nodes_) order.push_back(&n);
+  std::stable_sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->last_seen < b->last_seen; });
+  for (const char* role : {"worker", "server"}) {
+    int limit = std::string(role) == "worker" ? options_.num_workers : options_.num_servers;
+    std::vector<bool> used(limit, false);
+    for (Node* n : order)
+      if (n->info.role == role && n->req.requested_rank >= 0) {
+        n->info.rank = n->req.requested_rank;
+        used[n->info.rank] = true;
+      }
+    int next = 0;
+    for (Node* n : order) {
+      if (n->info.role != role || n->req.requested_rank >= 0) continue;
+      while (used[next]) ++next;
+      n->info.rank = next;
+      used[next] = true;
+    }
+  }
+  protocol::RegisterReply reply;
+  for (const char* role : {"worker", "server"})
+    for (int rank = 0;; ++rank) {
+      auto it = std::find_if(order.begin(), order.end(),
+                             [&](Node* n) { return n->info.role == role && n->info.rank == rank; });
+      if (it == order.end()) break;
+      reply.nodes.push_back((*it)->info);
+    }
+  for (Node* n : order) {
+    n->conn->set_peer_name(protocol::Describe(n->info));
+    reply.rank = n->info.rank;
+    Header h;
+    h.opcode = Opcode::kRegisterReply;
+    out->push_back({n->conn, {h, protocol::Encode(reply)}});
+  }
+  rendezvous_done_ = true;
+  BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);
+}
+
+std::string Scheduler::MissingLocked() const {
+  std::string out;
+  for (const char* role : {"worker", "server"}) {
+    int limit = std::string(role) == "worker" ? options_.num_workers : options_.num_servers;
+    int have = 0;
+    std::vector<bool> taken(limit, false);
+    for (auto& [_, n] : nodes_)
+      if (n.info.role == role) {
+        ++have;
+        if (n.req.requested_rank >= 0) taken[n.req.requested_rank] = true;
+      }
+    if (have == limit) continue;
+    std::vector<int> missing;
+    for (int i = 0; i < limit; ++i)
+      if (!taken[i]) missing.push_back(i);
+    if (!out.empty()) out += "; ";
+    out += fmt::format("{} of {} {}s registered", have, limit, role);
+    if (role == std::string("worker") && static_cast<int>(missing.size()) == limit - have) {
+      out += fmt::format(" (ranks {} missing)", JoinInts(missing));
+    }
+  }
+  return out;
+}
+
+void Scheduler::FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out) {
+  if (job_over_) return;
+  BYTEPS_LOG(Error, "job failed: {}", reason.message());
+  for (auto& [ptr, n] : nodes_) {
+    if (dead) {
+      protocol::NodeFailedNotice notice{*dead, reason.message()};
+      Header h;
+      h.opcode = Opcode::kNodeFailed;
+      out->push_back({n.conn, {h, protocol::Encode(notice)}});
+    } else {
+      Header h;
+      h.opcode = Opcode::kJobError;
+      out->push_back({n.conn, {h, reason.message()}});
+    }
+  }
+  result_ = reason;
+  TerminateLocked(1, out);
+}
+
+void Scheduler::TerminateLocked(uint64_t code, Outbox* out) {
+  for (auto& [ptr, n] : nodes_) {
+    Header h;
+    h.opcode = Opcode::kTerminate;
+    h.arg = code;
+    out->push_back({n.conn, {h, ""}});
+  }
+  job_over_ = true;
+  cv_.notify_all();
+}
+
+void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(&c);
+    if (it == nodes_.end()) {
+      if (reason.code() == StatusCode::kProtocol) {
+        BYTEPS_LOG(Warning, "rejected a connection from {}: {}", c.peer_name(), reason.message());
+      }
+      return;
+    }
+    Node node = it->second;
+    nodes_.erase(it);
+    cv_.notify_all();
+    for (auto& [_, members] : barriers_) members.erase(&c);
+    if (job_over_ || node.finished) return;
+    if (!rendezvous_done_) {
+      BYTEPS_LOG(Warning, "{} (pid {}) disconnected before the job started: {}", node.info.role,
+                 node.info.pid, reason.message());
+      return;
+    }
+    FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({})", protocol::Describe(node.info),
+                                          reason.message())),
+                  &node.info, &out);
+  }
+  Flush(&out);
+}
+
+void Scheduler::Watchdog() {
+  pthread_setname_np(pthread_self(), "sched-watchdog");
+  std::unique_lock<std::mutex> lock(mu_);
+  auto start_deadline = start_time_ + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(options_.start_timeout_s));
+  while (!job_over_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(250));
+    if (job_over_) break;
+    Outbox out;
+    auto now = Clock::now();
+    if (!rendezvous_done_ && now >= start_deadline) {
+      FailJobLocked(DeadlineExceeded(fmt::format("rendezvous did not complete within {:.0f} s "
+                                                 "(BYTEPS_START_TIMEOUT): {}",
+                                                 options_.start_timeout_s, MissingLocked())),
+                    nullptr, &out);
+    } else if (rendezvous_done_ && options_.heartbeat_timeout_s > 0) {
+      for (auto& [ptr, n] : nodes_) {
+        double silent = std::chrono::duration<double>(now - n.last_seen).count();
+        if (!n.finished && silent > options_.heartbeat_timeout_s) {
+          protocol::NodeInfo info = n.info;
+          FailJobLocked(Unavailable(fmt::format("{} died: no heartbeat for {:.1f} s (PS_HEARTBEAT_TIMEOUT)",
+                                                protocol::Describe(info), silent)),
+                        &info, &out);
+          break;
+        }
+      }
+    }
+    if (!out.empty()) {
+      lock.unlock();
+      Flush(&out);
+      lock.lock();
+    }
+  }
+}
+
+Status Scheduler::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return job_over_; });
+  return result_;
+}
+
+void Scheduler::WaitDisconnect(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return nodes_.empty(); });
+}
+
+void Scheduler::Stop(const Status& reason) {
+  Outbox out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!job_over_) FailJobLocked(reason, nullptr, &out);
+  }
+  Flush(&out);
+}
+
+}  // namespace byteps::cluster

@@ -1,0 +1,91 @@
+// The scheduler service: rendezvous (registration, rank assignment, address table), barriers,
+// heartbeats, failure notices and orderly shutdown. It carries no tensor data.
+//
+// Lifecycle: Start() listens; nodes register; when DMLC_NUM_WORKER workers and DMLC_NUM_SERVER
+// servers are in, everyone gets the address table. If that does not happen within
+// start_timeout_s, every registered node gets a JobError naming the missing roles/ranks. When all
+// workers have sent Finish, everyone gets Terminate(0) and Wait() returns OK. A node that dies
+// (connection lost or heartbeat silent) before finishing is announced to all (NodeFailed), the job
+// is terminated with failure, and Wait() returns an error naming it.
+// Threading: Start/Wait/Stop from the owning thread; handler callbacks on transport I/O threads;
+// a watchdog thread enforces the start deadline and heartbeats.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "protocol/control.h"
+#include "transport/transport.h"
+
+namespace byteps::cluster {
+
+struct SchedulerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;
+  int num_workers = 1;
+  int num_servers = 1;
+  double start_timeout_s = 60;
+  double heartbeat_timeout_s = 15;  // 0 = heartbeats not checked
+  transport::TransportOptions transport;
+};
+
+class Scheduler : public transport::Handler {
+ public:
+  static StatusOr<std::unique_ptr<Scheduler>> Start(const SchedulerOptions& options);
+  ~Scheduler() override;
+
+  int port() const { return port_; }
+  // Blocks until the job ends. OK when every worker finished; otherwise the reason.
+  Status Wait();
+  // After Wait: gives nodes up to timeout_s to read Terminate and hang up.
+  void WaitDisconnect(double timeout_s);
+  // Ends the job now with `reason` (e.g. on SIGTERM): nodes get Terminate(failure).
+  void Stop(const Status& reason);
+
+  StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
+  void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
+  void OnClose(transport::Connection& c, const Status& reason) override;
+
+ private:
+  struct Node {
+    std::shared_ptr<transport::Connection> conn;
+    protocol::RegisterRequest req;
+    protocol::NodeInfo info;  // rank filled at rendezvous
+    std::chrono::steady_clock::time_point last_seen;
+    bool finished = false;
+  };
+  using Outbox = std::vector<std::pair<std::shared_ptr<transport::Connection>, std::pair<protocol::Header, std::string>>>;
+
+  explicit Scheduler(const SchedulerOptions& options);
+  void HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out);
+  void MaybeCompleteRendezvousLocked(Outbox* out);
+  void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
+  void TerminateLocked(uint64_t code, Outbox* out);
+  std::string MissingLocked() const;
+  void Watchdog();
+  static void Flush(Outbox* out);
+
+  SchedulerOptions options_;
+  std::unique_ptr<transport::Transport> transport_;
+  int port_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<transport::Connection*, Node> nodes_;  // registered nodes
+  bool rendezvous_done_ = false;
+  bool job_over_ = false;
+  Status result_;
+  int finished_workers_ = 0;
+  std::map<uint64_t, std::set<transport::Connection*>> barriers_;
+  std::chrono::steady_clock::time_point start_time_;
+  std::thread watchdog_;
+};
+
+}  // namespace byteps::cluster

@@ -1,0 +1,91 @@
+// Typed configuration of a byteps process. The registry (registry.cc) is the only reader of the
+// environment in the whole code base; components receive these structs and never call getenv, so
+// tests build configs directly. Threading: plain values.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/logging.h"
+#include "common/status.h"
+
+namespace byteps::config {
+
+enum class Role { kWorker, kServer, kScheduler };
+const char* RoleName(Role r);
+
+// A snapshot of environment variables (name -> value). Tests build one by hand.
+using Environment = std::map<std::string, std::string>;
+// Reads the process environment (the one place that does).
+Environment ProcessEnvironment();
+
+struct Config {
+  // Topology (ps-lite names).
+  Role role = Role::kWorker;
+  std::string root_uri = "127.0.0.1";  // DMLC_PS_ROOT_URI
+  int root_port = 0;                   // DMLC_PS_ROOT_PORT (required when distributed)
+  int num_workers = 1;                 // DMLC_NUM_WORKER
+  int num_servers = 0;                 // DMLC_NUM_SERVER (>= 1 required when distributed)
+  int worker_id = -1;                  // DMLC_WORKER_ID (-1: scheduler assigns in arrival order)
+  std::string interface;               // DMLC_INTERFACE (NIC whose IPv4 address is announced)
+  std::string node_host;               // DMLC_NODE_HOST (explicit address; wins over interface)
+  int port = 0;                        // DMLC_PORT (0: ephemeral)
+  int local_rank = 0;                  // BYTEPS_LOCAL_RANK
+  int local_size = 1;                  // BYTEPS_LOCAL_SIZE
+  int global_rank = -1;                // BYTEPS_GLOBAL_RANK (-1: derived)
+
+  // Worker engine.
+  size_t partition_bytes = 4096000;    // BYTEPS_PARTITION_BYTES
+  int scheduling_credit = 0;           // BYTEPS_SCHEDULING_CREDIT (partitions in flight; 0 = no cap)
+  bool force_distributed = false;      // BYTEPS_FORCE_DISTRIBUTED
+
+  // Server.
+  int server_engine_threads = 4;       // BYTEPS_SERVER_ENGINE_THREAD
+
+  // Transport.
+  int connections_per_peer = 2;        // BYTEPS_CONNECTIONS_PER_PEER
+  int io_threads = 2;                  // BYTEPS_IO_THREADS
+  size_t socket_buffer_bytes = 4u << 20;    // BYTEPS_SOCKET_BUFFER_BYTES
+  size_t max_message_bytes = 1ull << 30;    // BYTEPS_MAX_MESSAGE_BYTES
+
+  // Deadlines (seconds).
+  double start_timeout_s = 60;         // BYTEPS_START_TIMEOUT: rendezvous must complete by then
+  double op_timeout_s = 300;           // BYTEPS_TIMEOUT: a push_pull/barrier/shutdown wait
+  double heartbeat_interval_s = 1;     // PS_HEARTBEAT_INTERVAL
+  double heartbeat_timeout_s = 15;     // PS_HEARTBEAT_TIMEOUT: silent node declared dead
+
+  // Logging.
+  log::Level log_level = log::Level::kWarning;  // BYTEPS_LOG_LEVEL
+  bool log_hide_time = false;          // BYTEPS_LOG_HIDE_TIME
+  int ps_verbose = 0;                  // PS_VERBOSE (0..2; >=1 raises the level to INFO/DEBUG)
+
+  // True when this worker must talk to a scheduler and servers.
+  bool distributed() const { return num_workers > 1 || force_distributed; }
+  // Global rank/size of a worker process (BytePS: rank = local_rank + worker_id * local_size).
+  int size() const { return num_workers * local_size; }
+};
+
+// One registered setting: what `byteps info` and docs/config.md print.
+struct SettingInfo {
+  std::string name;
+  std::string type;      // "int", "bytes", "bool", "seconds", "string", "role", "level"
+  std::string default_value;
+  std::string help;
+};
+const std::vector<SettingInfo>& Settings();
+
+// Builds a Config from env. Errors (InvalidArgument) name the variable, the bad value and the
+// accepted form, e.g. "BYTEPS_PARTITION_BYTES='4k0': expected a positive integer number of bytes
+// (optionally with K/M/G suffix)". Unknown BYTEPS_* / DMLC_* names are errors too (typos).
+StatusOr<Config> Load(const Environment& env);
+
+// Cross-field checks for a distributed role (root port set, num_servers >= 1, worker_id < num
+// workers, ...). Load() calls it; exposed for tests.
+Status Validate(const Config& c);
+
+// "NAME = value   (default d)  help" lines for `byteps info`; marks values that came from env.
+std::string Describe(const Config& c, const Environment& env);
+
+}  // namespace byteps::config

@@ -1,0 +1,65 @@
+// Payloads of control frames (scheduler traffic and key declarations). They are small and rare, so
+// they are JSON objects (nlohmann-json); decoding validates every field and never throws.
+// Threading: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace byteps::protocol {
+
+// One node of the job as the scheduler announces it.
+struct NodeInfo {
+  std::string role;  // "worker" | "server"
+  int rank = -1;     // rank within the role
+  std::string host;  // address peers connect to
+  int port = 0;      // data port (servers); 0 for workers
+  int pid = 0;
+  bool operator==(const NodeInfo&) const = default;
+};
+std::string Describe(const NodeInfo& n);  // "server 1 (127.0.0.1:4242, pid 77)"
+
+struct RegisterRequest {
+  std::string role;
+  int requested_rank = -1;  // DMLC_WORKER_ID, -1 = any
+  std::string host;
+  int port = 0;
+  int pid = 0;
+  int num_workers = 0;  // what this node believes the job size is (checked by the scheduler)
+  int num_servers = 0;
+  std::string job_secret_hash;  // reserved for authentication (empty today)
+};
+
+struct RegisterReply {
+  std::string error;  // non-empty: registration refused, the node must exit with this message
+  int rank = -1;
+  std::vector<NodeInfo> nodes;  // all workers then all servers, rank order
+};
+
+struct NodeFailedNotice {
+  NodeInfo node;
+  std::string reason;  // "connection lost", "no heartbeat for 15 s", ...
+};
+
+// kInitKey payload: the tensor a partition belongs to, so servers can name it in errors.
+struct KeyInit {
+  std::string name;
+  uint64_t bytes = 0;      // bytes of this partition
+  int dtype = 0;
+  uint64_t tensor_bytes = 0;
+};
+
+std::string Encode(const RegisterRequest& m);
+std::string Encode(const RegisterReply& m);
+std::string Encode(const NodeFailedNotice& m);
+std::string Encode(const KeyInit& m);
+
+StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload);
+StatusOr<RegisterReply> DecodeRegisterReply(const std::string& payload);
+StatusOr<NodeFailedNotice> DecodeNodeFailedNotice(const std::string& payload);
+StatusOr<KeyInit> DecodeKeyInit(const std::string& payload);
+
+}  // namespace byteps::protocol

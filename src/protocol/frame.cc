@@ -1,0 +1,118 @@
+#include "protocol/frame.h"
+
+#include <fmt/format.h>
+
+namespace byteps::protocol {
+namespace {
+
+void Put16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+void Put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void Put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Layout (byte offsets). Keep docs/wire-format.md in step.
+constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffOpcode = 5, kOffDtype = 6, kOffReserved = 7,
+                 kOffFlags = 8, kOffSender = 10, kOffRound = 14, kOffPad = 18, kOffKey = 20,
+                 kOffRequest = 28, kOffPayload = 36, kOffArg = 44;
+// arg is 4 bytes on the wire; the remaining fields fill exactly 48 bytes.
+static_assert(kOffArg + 4 == kHeaderSize, "header layout must fill kHeaderSize bytes");
+
+}  // namespace
+
+bool IsKnownOpcode(uint8_t op) {
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 20);
+}
+
+const char* OpcodeName(Opcode op) {
+  switch (op) {
+    case Opcode::kRegister: return "Register";
+    case Opcode::kRegisterReply: return "RegisterReply";
+    case Opcode::kBarrier: return "Barrier";
+    case Opcode::kBarrierRelease: return "BarrierRelease";
+    case Opcode::kHeartbeat: return "Heartbeat";
+    case Opcode::kNodeFailed: return "NodeFailed";
+    case Opcode::kFinish: return "Finish";
+    case Opcode::kTerminate: return "Terminate";
+    case Opcode::kJobError: return "JobError";
+    case Opcode::kHello: return "Hello";
+    case Opcode::kInitKey: return "InitKey";
+    case Opcode::kPushPull: return "PushPull";
+    case Opcode::kPushPullReply: return "PushPullReply";
+    case Opcode::kError: return "Error";
+  }
+  return "Unknown";
+}
+
+void EncodeHeader(const Header& h, uint8_t* out) {
+  Put32(out + kOffMagic, kMagic);
+  out[kOffVersion] = kWireVersion;
+  out[kOffOpcode] = static_cast<uint8_t>(h.opcode);
+  out[kOffDtype] = h.dtype;
+  out[kOffReserved] = 0;
+  Put16(out + kOffFlags, h.flags);
+  Put32(out + kOffSender, h.sender);
+  Put32(out + kOffRound, h.round);
+  Put16(out + kOffPad, 0);
+  Put64(out + kOffKey, h.key);
+  Put64(out + kOffRequest, h.request_id);
+  Put64(out + kOffPayload, h.payload_len);
+  Put32(out + kOffArg, static_cast<uint32_t>(h.arg));
+}
+
+StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload) {
+  if (len < kHeaderSize) {
+    return ProtocolError(fmt::format("truncated header: {} of {} bytes", len, kHeaderSize));
+  }
+  uint32_t magic = Get32(data + kOffMagic);
+  if (magic != kMagic) {
+    return ProtocolError(fmt::format("bad magic 0x{:08x} (expected 0x{:08x}): not a byteps peer",
+                                     magic, kMagic));
+  }
+  if (data[kOffVersion] != kWireVersion) {
+    return ProtocolError(fmt::format("unsupported wire version {} (this build speaks {})",
+                                     data[kOffVersion], kWireVersion));
+  }
+  if (!IsKnownOpcode(data[kOffOpcode])) {
+    return ProtocolError(fmt::format("unknown opcode {}", data[kOffOpcode]));
+  }
+  Header h;
+  h.opcode = static_cast<Opcode>(data[kOffOpcode]);
+  h.dtype = data[kOffDtype];
+  h.flags = Get16(data + kOffFlags);
+  h.sender = Get32(data + kOffSender);
+  h.round = Get32(data + kOffRound);
+  h.key = Get64(data + kOffKey);
+  h.request_id = Get64(data + kOffRequest);
+  h.payload_len = Get64(data + kOffPayload);
+  h.arg = Get32(data + kOffArg);
+  if (h.payload_len > max_payload) {
+    return ProtocolError(fmt::format(
+        "{} frame with a payload of {} bytes exceeds the limit of {} (BYTEPS_MAX_MESSAGE_BYTES)",
+        OpcodeName(h.opcode), h.payload_len, max_payload));
+  }
+  return h;
+}
+
+std::string DescribeHeader(const Header& h) {
+  return fmt::format("{}(key={}, round={}, req={}, sender={}, len={})", OpcodeName(h.opcode), h.key,
+                     h.round, h.request_id, h.sender, h.payload_len);
+}
+
+}  // namespace byteps::protocol

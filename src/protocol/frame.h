@@ -1,0 +1,63 @@
+// The byteps wire format: a fixed 48-byte little-endian header followed by `payload_len` bytes.
+// Fields are encoded one by one (no struct is memcpy'd onto the wire) and every decode is bounds-
+// checked. Documented in docs/wire-format.md; every change bumps kWireVersion.
+// Threading: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace byteps::protocol {
+
+inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
+inline constexpr uint8_t kWireVersion = 1;
+inline constexpr size_t kHeaderSize = 48;
+
+enum class Opcode : uint8_t {
+  // Control plane (scheduler <-> node); payloads are JSON objects (control.h).
+  kRegister = 1,        // node -> scheduler: who I am, where I listen
+  kRegisterReply = 2,   // scheduler -> node: assigned rank + address table, or an error
+  kBarrier = 3,         // node -> scheduler: entered barrier `key`
+  kBarrierRelease = 4,  // scheduler -> node: barrier `key` complete
+  kHeartbeat = 5,       // node -> scheduler
+  kNodeFailed = 6,      // scheduler -> node: a node died; payload names it
+  kFinish = 7,          // worker -> scheduler: this worker is done
+  kTerminate = 8,       // scheduler -> node: job over (arg = 0 clean, else failure)
+  kJobError = 9,        // scheduler -> node: rendezvous failed; payload says why
+  // Data plane (worker <-> server).
+  kHello = 16,          // worker -> server: first frame on a data connection (sender = worker rank)
+  kInitKey = 17,        // worker -> server: declare a partition (payload JSON: name, bytes, dtype)
+  kPushPull = 18,       // worker -> server: data to sum for (key, round); reply = the round's sum
+  kPushPullReply = 19,  // server -> worker: the sum (payload) for request_id
+  kError = 20,          // either way: request_id failed; payload = UTF-8 message
+};
+
+bool IsKnownOpcode(uint8_t op);
+const char* OpcodeName(Opcode op);
+
+struct Header {
+  Opcode opcode = Opcode::kHeartbeat;
+  uint8_t dtype = 0;        // DataType code for data frames
+  uint16_t flags = 0;
+  uint32_t sender = 0;      // sender's rank within its role (worker rank for data frames)
+  uint32_t round = 0;       // per-key round (1-based) for kPushPull / kPushPullReply
+  uint64_t key = 0;         // partition key
+  uint64_t request_id = 0;  // echoed in replies
+  uint64_t payload_len = 0;
+  uint64_t arg = 0;         // opcode-specific (e.g. kTerminate exit status)
+};
+
+// Writes exactly kHeaderSize bytes into out.
+void EncodeHeader(const Header& h, uint8_t* out);
+
+// Decodes and validates magic, version, opcode and payload_len <= max_payload.
+// Errors name the field: "bad magic 0x...", "unsupported wire version 7 (this build speaks 1)",
+// "unknown opcode 200", "payload of 5000000000 bytes exceeds the limit of 1073741824 (BYTEPS_MAX_MESSAGE_BYTES)".
+StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload);
+
+std::string DescribeHeader(const Header& h);
+
+}  // namespace byteps::protocol

@@ -1,0 +1,118 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+
+namespace byteps::server {
+
+using protocol::Header;
+using protocol::Opcode;
+
+Server::Server(const ServerOptions& options) : options_(options) {
+  int n = std::max(1, options_.engine_threads);
+  for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers));
+  options_.transport.name = "server";
+  transport_ = transport::CreateTcpTransport(options_.transport);
+}
+
+Server::~Server() { Shutdown(); }
+
+void Server::Shutdown() {
+  if (transport_) transport_->Shutdown();
+  shards_.clear();  // joins after draining; buffers return to pool_
+  transport_.reset();
+}
+
+StatusOr<int> Server::Listen(const std::string& host, int port) {
+  auto p = transport_->Listen(host, port, this);
+  if (!p.ok()) return p.status().WithContext("server");
+  return p;
+}
+
+SumEngine& Server::ShardFor(uint64_t key) {
+  // Partitions of one tensor have consecutive low bits; mixing both halves spreads a large
+  // tensor's partitions and many small tensors alike over the shards.
+  uint64_t h = (key >> 16) + (key & 0xffff);
+  return *shards_[h % shards_.size()];
+}
+
+StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const Header& h) {
+  if (h.opcode == Opcode::kHello || h.opcode == Opcode::kInitKey) {
+    if (h.payload_len > 64 * 1024) {
+      return ProtocolError(fmt::format("{} frame of {} bytes from {} is too large", protocol::OpcodeName(h.opcode),
+                                       h.payload_len, c.peer_name()));
+    }
+    return transport::RecvBuffer{};
+  }
+  if (c.tag < 0) {
+    return ProtocolError(fmt::format("{} sent {} before Hello; not a byteps worker", c.peer_name(),
+                                     protocol::OpcodeName(h.opcode)));
+  }
+  if (h.opcode != Opcode::kPushPull) {
+    return ProtocolError(fmt::format("unexpected {} from {}", protocol::OpcodeName(h.opcode), c.peer_name()));
+  }
+  transport::RecvBuffer b;
+  b.size = h.payload_len;
+  auto buf = pool_.Get(b.size);
+  b.data = buf.get();
+  b.owner = buf;
+  return b;
+}
+
+void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  switch (h.opcode) {
+    case Opcode::kHello: {
+      if (h.sender >= static_cast<uint32_t>(options_.num_workers)) {
+        BYTEPS_LOG(Error, "refusing {}: worker rank {} is out of range for {} workers", c.peer_name(), h.sender,
+                   options_.num_workers);
+        c.Close(ProtocolError("worker rank out of range"));
+        return;
+      }
+      c.tag = h.sender;
+      c.set_peer_name(fmt::format("worker {} ({})", h.sender, c.peer_name()));
+      return;
+    }
+    case Opcode::kInitKey: {
+      if (c.tag < 0) {
+        c.Close(ProtocolError("InitKey before Hello"));
+        return;
+      }
+      std::string payload(reinterpret_cast<const char*>(b.data), b.size);
+      auto init = protocol::DecodeKeyInit(payload);
+      if (!init.ok() || !DataTypeFromCode(init->dtype) || init->bytes % DataTypeSize(*DataTypeFromCode(init->dtype))) {
+        BYTEPS_LOG(Error, "bad InitKey from {}: {}", c.peer_name(),
+                   init.ok() ? "bad dtype or size" : init.status().message());
+        c.Close(ProtocolError("bad InitKey"));
+        return;
+      }
+      ShardFor(h.key).Post(InitTask{h.key, static_cast<int>(c.tag), c.shared_from_this(), init.value()});
+      return;
+    }
+    case Opcode::kPushPull: {
+      PushTask t;
+      t.key = h.key;
+      t.round = h.round;
+      t.worker = static_cast<int>(c.tag);
+      t.request_id = h.request_id;
+      t.dtype = h.dtype;
+      t.conn = c.shared_from_this();
+      t.data = std::static_pointer_cast<uint8_t>(b.owner);
+      t.bytes = b.size;
+      ShardFor(h.key).Post(std::move(t));
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void Server::OnClose(transport::Connection& c, const Status& reason) {
+  if (reason.code() == StatusCode::kProtocol || c.tag < 0) {
+    BYTEPS_LOG(Warning, "dropped connection from {}: {}", c.peer_name(), reason.message());
+  } else {
+    BYTEPS_LOG(Info, "connection from {} closed: {}", c.peer_name(), reason.message());
+  }
+}
+
+}  // namespace byteps::server

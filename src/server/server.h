@@ -1,0 +1,45 @@
+// The summation service: accepts worker data connections, decodes each frame, and routes its key
+// to the SumEngine shard that owns it (key -> shard is fixed, so shards need no locks). Pushes
+// are received straight into pooled buffers that the shard then sums or adopts.
+// Threading: handler callbacks on transport I/O threads; shards on their own threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/buffer_pool.h"
+#include "server/sum_engine.h"
+#include "transport/transport.h"
+
+namespace byteps::server {
+
+struct ServerOptions {
+  int num_workers = 1;
+  int engine_threads = 4;
+  transport::TransportOptions transport;
+};
+
+class Server : public transport::Handler {
+ public:
+  explicit Server(const ServerOptions& options);
+  ~Server() override;  // stops the transport first, then the shards
+
+  // Listens for workers; returns the bound port.
+  StatusOr<int> Listen(const std::string& host, int port);
+  void Shutdown();
+
+  StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
+  void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
+  void OnClose(transport::Connection& c, const Status& reason) override;
+
+ private:
+  SumEngine& ShardFor(uint64_t key);
+
+  ServerOptions options_;
+  BufferPool pool_;
+  std::vector<std::unique_ptr<SumEngine>> shards_;
+  std::unique_ptr<transport::Transport> transport_;
+};
+
+}  // namespace byteps::server

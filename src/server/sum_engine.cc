@@ -1,0 +1,175 @@
+#include "server/sum_engine.h"
+
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include "common/logging.h"
+#include "server/reducer.h"
+
+namespace byteps::server {
+
+using protocol::Header;
+using protocol::Opcode;
+
+namespace {
+std::string DescribeDecl(const protocol::KeyInit& k) {
+  auto dt = DataTypeFromCode(k.dtype);
+  return fmt::format("{} bytes of {}", k.bytes, dt ? DataTypeName(*dt) : "unknown dtype");
+}
+}  // namespace
+
+SumEngine::SumEngine(int index, int num_workers) : index_(index), num_workers_(num_workers) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+SumEngine::~SumEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void SumEngine::Post(PushTask t) { Enqueue(std::move(t)); }
+void SumEngine::Post(InitTask t) { Enqueue(std::move(t)); }
+
+void SumEngine::Enqueue(Task t) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(t));
+  }
+  cv_.notify_one();
+}
+
+void SumEngine::Run() {
+  std::string name = fmt::format("bps-sum{}", index_);
+  pthread_setname_np(pthread_self(), name.c_str());
+  std::deque<Task> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty() && stop_) return;
+      batch.swap(queue_);
+    }
+    for (Task& t : batch) {
+      if (auto* p = std::get_if<PushTask>(&t)) HandlePush(*p);
+      else if (auto* i = std::get_if<InitTask>(&t)) HandleInit(*i);
+    }
+    batch.clear();
+  }
+}
+
+void SumEngine::ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
+                           uint64_t request_id, const std::string& message) {
+  Header h;
+  h.opcode = Opcode::kError;
+  h.key = key;
+  h.request_id = request_id;
+  (void)conn->SendCopy(h, message);
+}
+
+void SumEngine::HandleInit(InitTask& t) {
+  KeyState& ks = keys_[t.key];
+  if (!ks.initialized) {
+    ks.initialized = true;
+    ks.init = t.init;
+    ks.init_worker = t.worker;
+    ks.last_round.assign(num_workers_, 0);
+    return;
+  }
+  if (ks.init.name == t.init.name && ks.init.bytes == t.init.bytes && ks.init.dtype == t.init.dtype &&
+      ks.init.tensor_bytes == t.init.tensor_bytes) {
+    return;
+  }
+  std::string msg;
+  if (ks.init.name != t.init.name) {
+    msg = fmt::format("declaration mismatch for key {}: worker {} declared tensor '{}' but worker {} declared "
+                      "'{}' in the same position (tensors must be declared in the same order on every worker)",
+                      t.key, ks.init_worker, ks.init.name, t.worker, t.init.name);
+  } else {
+    msg = fmt::format("tensor '{}' (key {}) has {} bytes of {} on worker {} but {} bytes of {} on worker {}",
+                      t.init.name, t.key, ks.init.tensor_bytes, DescribeDecl(ks.init).substr(DescribeDecl(ks.init).find("of ") + 3),
+                      ks.init_worker, t.init.tensor_bytes,
+                      DescribeDecl(t.init).substr(DescribeDecl(t.init).find("of ") + 3), t.worker);
+  }
+  BYTEPS_LOG(Error, "{}", msg);
+  if (ks.error.empty()) ks.error = msg;
+  // Everyone who is waiting on this key gets the error, and so does the worker that sent it.
+  for (const Waiter& w : ks.waiters) ReplyError(w.conn, t.key, w.request_id, msg);
+  ks.waiters.clear();
+  ks.accum.reset();
+  ks.pushed = 0;
+  ReplyError(t.conn, t.key, 0, msg);
+}
+
+void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
+  Header h;
+  h.opcode = Opcode::kPushPullReply;
+  h.key = key;
+  h.round = ks.completed_round;
+  h.request_id = w.request_id;
+  h.dtype = static_cast<uint8_t>(ks.init.dtype);
+  h.payload_len = ks.init.bytes;
+  std::shared_ptr<uint8_t> result = ks.result;
+  std::vector<iovec> iov;
+  if (ks.init.bytes > 0) iov.push_back({result.get(), static_cast<size_t>(ks.init.bytes)});
+  (void)w.conn->Send(h, iov, [result](const Status&) {});
+}
+
+void SumEngine::HandlePush(PushTask& t) {
+  auto it = keys_.find(t.key);
+  if (it == keys_.end() || !it->second.initialized) {
+    ReplyError(t.conn, t.key, t.request_id,
+               fmt::format("push for key {} from worker {} before its declaration (InitKey)", t.key, t.worker));
+    return;
+  }
+  KeyState& ks = it->second;
+  if (!ks.error.empty()) {
+    ReplyError(t.conn, t.key, t.request_id, ks.error);
+    return;
+  }
+  if (t.bytes != ks.init.bytes || t.dtype != ks.init.dtype) {
+    ReplyError(t.conn, t.key, t.request_id,
+               fmt::format("push of {} bytes (dtype code {}) for tensor '{}' key {}, declared as {}", t.bytes,
+                           t.dtype, ks.init.name, t.key, DescribeDecl(ks.init)));
+    return;
+  }
+  uint32_t& last = ks.last_round[t.worker];
+  if (t.round <= last) {
+    // A resend: never count it again. Answer it if its round is complete, else re-point the
+    // waiter at the connection the resend came on.
+    if (t.round == ks.completed_round && ks.result) {
+      ReplySum(ks, t.key, Waiter{t.conn, t.request_id, t.worker});
+    } else {
+      for (Waiter& w : ks.waiters)
+        if (w.worker == t.worker) w = Waiter{t.conn, t.request_id, t.worker};
+    }
+    return;
+  }
+  if (t.round != ks.completed_round + 1) {
+    ReplyError(t.conn, t.key, t.request_id,
+               fmt::format("tensor '{}' key {}: worker {} pushed round {} while the server is at round {}",
+                           ks.init.name, t.key, t.worker, t.round, ks.completed_round + 1));
+    return;
+  }
+  last = t.round;
+  if (ks.pushed == 0) {
+    ks.accum = std::move(t.data);  // the first push's buffer becomes the accumulator: no copy
+  } else {
+    auto dt = DataTypeFromCode(ks.init.dtype);
+    SumInto(ks.accum.get(), t.data.get(), ks.init.bytes / DataTypeSize(*dt), *dt);
+    t.data.reset();
+  }
+  ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker});
+  if (++ks.pushed < num_workers_) return;
+  ks.result = std::move(ks.accum);
+  ks.completed_round++;
+  ks.pushed = 0;
+  std::vector<Waiter> waiters;
+  waiters.swap(ks.waiters);
+  for (const Waiter& w : waiters) ReplySum(ks, t.key, w);
+}
+
+}  // namespace byteps::server

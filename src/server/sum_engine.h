@@ -1,0 +1,95 @@
+// One summation shard: a thread that owns a set of keys outright (no per-key locks). Per key and
+// round it accumulates the pushes of all workers, then answers every waiting push-pull with the
+// round's sum from a completed-round buffer, while the next round accumulates in a fresh buffer.
+// A push is identified by (worker, key, round): a duplicate never counts twice.
+// Threading: Post* from any thread; everything else on the shard's own thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "common/dtype.h"
+#include "protocol/control.h"
+#include "transport/transport.h"
+
+namespace byteps::server {
+
+struct PushTask {
+  uint64_t key = 0;
+  uint32_t round = 0;
+  int worker = 0;
+  uint64_t request_id = 0;
+  uint8_t dtype = 0;
+  std::shared_ptr<transport::Connection> conn;
+  std::shared_ptr<uint8_t> data;
+  size_t bytes = 0;
+};
+
+struct InitTask {
+  uint64_t key = 0;
+  int worker = 0;
+  std::shared_ptr<transport::Connection> conn;
+  protocol::KeyInit init;
+};
+
+// A worker's data connections went away (process died): nothing to do today but keep the
+// bookkeeping honest for rounds it will never finish.
+struct StopTask {};
+
+class SumEngine {
+ public:
+  SumEngine(int index, int num_workers);
+  ~SumEngine();  // drains and joins
+  SumEngine(const SumEngine&) = delete;
+  SumEngine& operator=(const SumEngine&) = delete;
+
+  void Post(PushTask t);
+  void Post(InitTask t);
+
+ private:
+  struct Waiter {
+    std::shared_ptr<transport::Connection> conn;
+    uint64_t request_id;
+    int worker;
+  };
+  struct KeyState {
+    bool initialized = false;
+    protocol::KeyInit init;
+    int init_worker = -1;
+    std::string error;  // non-empty: the key is poisoned (declaration mismatch)
+    uint32_t completed_round = 0;
+    std::shared_ptr<uint8_t> accum;
+    int pushed = 0;
+    std::vector<uint32_t> last_round;  // per worker
+    std::vector<Waiter> waiters;
+    std::shared_ptr<uint8_t> result;   // sum of completed_round
+  };
+  using Task = std::variant<PushTask, InitTask, StopTask>;
+
+  void Run();
+  void HandleInit(InitTask& t);
+  void HandlePush(PushTask& t);
+  void ReplySum(KeyState& ks, uint64_t key, const Waiter& w);
+  static void ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
+                         uint64_t request_id, const std::string& message);
+  void Enqueue(Task t);
+
+  const int index_;
+  const int num_workers_;
+  std::unordered_map<uint64_t, KeyState> keys_;  // shard thread only
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mu_
+  bool stop_ = false;       // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace byteps::server

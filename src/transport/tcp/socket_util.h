@@ -1,0 +1,19 @@
+// Small POSIX socket helpers for the TCP backend. Errors name the address.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+
+namespace byteps::transport::tcp {
+
+// Creates a non-blocking listening socket bound to host:port. Returns the fd; *bound_port gets
+// the actual port (useful with port 0).
+StatusOr<int> ListenSocket(const std::string& host, int port, int* bound_port);
+// One non-blocking connect attempt, waiting up to timeout_s for completion. Returns the fd.
+StatusOr<int> ConnectOnce(const std::string& host, int port, double timeout_s);
+// TCP_NODELAY, buffer sizes (0 = leave as is), non-blocking, close-on-exec.
+void TuneSocket(int fd, size_t buffer_bytes);
+std::string PeerAddress(int fd);
+
+}  // namespace byteps::transport::tcp

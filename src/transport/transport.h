@@ -1,0 +1,90 @@
+// The transport layer moves framed bytes between peers; it knows nothing of keys or tensors.
+// Contract (mirrored by every backend, e.g. tcp/):
+//  - Send is non-blocking and completion-based: the header is copied, the payload iovecs are sent
+//    straight from the caller's memory, which must stay valid until on_done runs.
+//  - Receive is zero-copy where the upper layer wants it: for every incoming header the Handler
+//    chooses where the payload lands (a tensor slice, a pooled server buffer, or a transport-owned
+//    buffer), then gets OnFrame once all bytes are there.
+//  - A connection closes once; OnClose runs exactly once with the reason, and every pending send's
+//    on_done gets that reason.
+// Threading: Send/Close are thread-safe. Handler callbacks run on the connection's I/O thread, must
+// not block, and for one connection are never concurrent.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "protocol/frame.h"
+
+namespace byteps::transport {
+
+// Where an incoming payload goes. data == nullptr (and discard false) lets the transport allocate.
+struct RecvBuffer {
+  uint8_t* data = nullptr;
+  size_t size = 0;
+  std::shared_ptr<void> owner;  // keeps pooled/owned memory alive while the frame travels up
+  bool discard = false;         // read and drop the payload (e.g. a reply nobody waits for)
+};
+
+using SendCallback = std::function<void(const Status&)>;
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  virtual ~Connection() = default;
+  // Queues header + payload. payload iovecs must stay valid until on_done (may be empty).
+  // Returns an error (and does not call on_done) if the connection is already closed.
+  virtual Status Send(const protocol::Header& header, const std::vector<iovec>& payload,
+                      SendCallback on_done) = 0;
+  // Convenience for small control frames: the payload is copied.
+  Status SendCopy(protocol::Header header, const std::string& payload);
+  // Closes now: when Close returns, no handler callback of this connection runs any more (so the
+  // handler may be destroyed). Must not be called while holding a lock the handler takes.
+  virtual void Close(const Status& reason) = 0;
+  virtual bool closed() const = 0;
+  // Human-readable peer, e.g. "127.0.0.1:41234"; the upper layer may rename it ("server 1 (...)").
+  virtual std::string peer_name() const = 0;
+  virtual void set_peer_name(std::string name) = 0;
+  // Opaque slot for the upper layer (e.g. which worker rank this connection belongs to).
+  int64_t tag = -1;
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // Choose the payload's destination. An error closes the connection with that error.
+  virtual StatusOr<RecvBuffer> OnHeader(Connection& conn, const protocol::Header& header) = 0;
+  // The complete frame. buffer is what OnHeader returned (or a transport-owned buffer).
+  virtual void OnFrame(Connection& conn, const protocol::Header& header, RecvBuffer buffer) = 0;
+  // The connection is gone (peer closed, I/O error, protocol error, local Close).
+  virtual void OnClose(Connection& conn, const Status& reason) = 0;
+};
+
+struct TransportOptions {
+  int io_threads = 1;
+  size_t socket_buffer_bytes = 4u << 20;  // 0 = OS default
+  uint64_t max_payload_bytes = 1ull << 30;
+  std::string name = "byteps";            // thread names: "<name>-io<i>"
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Listens on host:port (port 0 = ephemeral); returns the bound port. Accepted connections use
+  // `handler` (borrowed; must outlive the transport).
+  virtual StatusOr<int> Listen(const std::string& host, int port, Handler* handler) = 0;
+  // Connects, retrying refused connections until timeout_s has passed.
+  virtual StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port,
+                                                        Handler* handler, double timeout_s) = 0;
+  // Closes every connection and the listener, joins I/O threads. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+std::unique_ptr<Transport> CreateTcpTransport(const TransportOptions& options);
+
+}  // namespace byteps::transport

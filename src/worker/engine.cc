@@ -1,0 +1,435 @@
+#include "worker/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "cluster/host_address.h"
+#include "common/logging.h"
+#include "worker/average.h"
+
+namespace byteps::worker {
+
+using protocol::Header;
+using protocol::Opcode;
+
+namespace {
+size_t CreditBytes(const config::Config& c) {
+  return static_cast<size_t>(c.scheduling_credit) * c.partition_bytes;
+}
+}  // namespace
+
+Engine::Engine(const config::Config& config)
+    : config_(config),
+      assigner_(std::max(1, config.num_servers), config.partition_bytes),
+      scheduler_(CreditBytes(config)) {}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
+  if (config.role != config::Role::kWorker) {
+    return InvalidArgument(fmt::format("DMLC_ROLE={}: only a worker can run the engine (start servers and the "
+                                       "scheduler with `byteps server` / `byteps scheduler`)",
+                                       config::RoleName(config.role)));
+  }
+  std::unique_ptr<Engine> e(new Engine(config));
+  e->rank_ = config.global_rank >= 0 ? config.global_rank
+                                     : std::max(0, config.worker_id) * config.local_size + config.local_rank;
+  if (!config.distributed()) return e;
+  if (config.local_size > 1) {
+    return InvalidArgument(fmt::format("BYTEPS_LOCAL_SIZE={}: several training processes per worker host are "
+                                       "not supported yet in distributed mode; start one process per host",
+                                       config.local_size));
+  }
+  BYTEPS_RETURN_IF_ERROR(e->Connect());
+  return e;
+}
+
+Status Engine::Connect() {
+  transport::TransportOptions topt;
+  topt.io_threads = config_.io_threads;
+  topt.socket_buffer_bytes = config_.socket_buffer_bytes;
+  topt.max_payload_bytes = config_.max_message_bytes;
+  topt.name = "worker";
+  transport_ = transport::CreateTcpTransport(topt);
+
+  cluster::ClientOptions co;
+  co.role = "worker";
+  co.requested_rank = config_.worker_id;
+  co.host = cluster::AdvertisedHost(config_.node_host, config_.interface, config_.root_uri);
+  co.root_uri = config_.root_uri;
+  co.root_port = config_.root_port;
+  co.num_workers = config_.num_workers;
+  co.num_servers = config_.num_servers;
+  co.start_timeout_s = config_.start_timeout_s;
+  co.heartbeat_interval_s = config_.heartbeat_interval_s;
+  co.op_timeout_s = config_.op_timeout_s;
+  auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
+  if (!client.ok()) return client.status();
+  cluster_ = std::move(client.value());
+  rank_ = cluster_->rank() * config_.local_size + config_.local_rank;
+  log::SetIdentity(fmt::format("worker:{}", cluster_->rank()));
+
+  for (const auto& node : cluster_->servers()) {
+    ServerLink link;
+    link.node = node;
+    for (int i = 0; i < config_.connections_per_peer; ++i) {
+      auto conn = transport_->Connect(node.host, node.port, this, config_.start_timeout_s);
+      if (!conn.ok()) {
+        return conn.status().WithContext(fmt::format("connecting to {}", protocol::Describe(node)));
+      }
+      auto c = conn.value();
+      c->tag = node.rank;
+      c->set_peer_name(protocol::Describe(node));
+      Header h;
+      h.opcode = Opcode::kHello;
+      h.sender = static_cast<uint32_t>(cluster_->rank());
+      BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, ""));
+      link.conns.push_back(c);
+    }
+    servers_.push_back(std::move(link));
+  }
+  BYTEPS_LOG(Info, "connected to {} servers ({} connections each)", servers_.size(), config_.connections_per_peer);
+  return Status::Ok();
+}
+
+Engine::~Engine() {
+  if (transport_) transport_->Shutdown();
+  cluster_.reset();
+}
+
+std::shared_ptr<transport::Connection> Engine::ConnFor(int server, uint64_t key) const {
+  const auto& conns = servers_[server].conns;
+  // All frames of one key use one connection, so a key's InitKey is read before its pushes.
+  uint64_t h = (key >> 16) * 31 + (key & 0xffff);
+  return conns[h % conns.size()];
+}
+
+StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return assigner_.Declare(name, size);
+}
+
+void Engine::Announce(const TensorPlan& plan) {
+  for (const auto& p : plan.partitions) {
+    protocol::KeyInit ki;
+    ki.name = plan.name;
+    ki.bytes = p.range.length;
+    ki.dtype = static_cast<int>(plan.dtype);
+    ki.tensor_bytes = plan.bytes;
+    Header h;
+    h.opcode = Opcode::kInitKey;
+    h.key = p.key;
+    h.sender = static_cast<uint32_t>(cluster_->rank());
+    (void)ConnFor(p.server, p.key)->SendCopy(h, protocol::Encode(ki));
+  }
+}
+
+StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
+  if (r.bytes > 0 && (r.input == nullptr || r.output == nullptr)) {
+    return InvalidArgument(fmt::format("push_pull of '{}': null data pointer", r.name));
+  }
+  const size_t esize = DataTypeSize(r.dtype);
+  if (esize == 0) return InvalidArgument(fmt::format("push_pull of '{}': unsupported dtype", r.name));
+  if (r.bytes % esize != 0) {
+    return InvalidArgument(fmt::format("push_pull of '{}': {} bytes is not a whole number of {} elements", r.name,
+                                       r.bytes, DataTypeName(r.dtype)));
+  }
+  if (!config_.distributed()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return Precondition("byteps has been shut down; call init() again");
+    BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_.Plan(r.name, r.bytes, r.dtype));
+    (void)plan;
+    if (r.output != r.input && r.bytes > 0) std::memmove(r.output, r.input, r.bytes);
+    DivideInPlace(r.output, r.bytes / esize, r.dtype, r.average ? size() : 1);
+    auto h = std::make_shared<HandleState>();
+    h->id = next_handle_++;
+    h->request = r;
+    h->done = true;
+    handles_[h->id] = h;
+    return h->id;
+  }
+
+  std::lock_guard<std::mutex> serial(enqueue_mu_);
+  const TensorPlan* plan;
+  bool announce = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return Precondition("byteps has been shut down; call init() again");
+    if (!failure_.ok()) return failure_.WithContext(fmt::format("push_pull of '{}'", r.name));
+    BYTEPS_ASSIGN_OR_RETURN(plan, assigner_.Plan(r.name, r.bytes, r.dtype));
+    TensorState& ts = tensors_[plan->declared_key];
+    if (!ts.error.ok()) return ts.error;
+    if (!ts.announced) {
+      ts.plan = plan;
+      ts.announced = true;
+      ts.part_busy.assign(plan->partitions.size(), false);
+      ts.waiting.resize(plan->partitions.size());
+      announce = true;
+    }
+  }
+  if (announce) Announce(*plan);
+  HandleId id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TensorState& ts = tensors_[plan->declared_key];
+    auto h = std::make_shared<HandleState>();
+    h->id = id = next_handle_++;
+    h->request = r;
+    h->remaining = plan->partitions.size();
+    handles_[id] = h;
+    uint32_t round = ++ts.round;
+    for (size_t i = 0; i < plan->partitions.size(); ++i) {
+      const PartitionPlan& pp = plan->partitions[i];
+      PartTask t;
+      t.id = next_task_++;
+      t.handle = h;
+      t.declared_key = plan->declared_key;
+      t.part = i;
+      t.key = pp.key;
+      t.round = round;
+      t.server = pp.server;
+      t.in = static_cast<const uint8_t*>(r.input) + pp.range.offset;
+      t.out = static_cast<uint8_t*>(r.output) + pp.range.offset;
+      t.len = pp.range.length;
+      tasks_[t.id] = t;
+      if (ts.part_busy[i]) {
+        ts.waiting[i].push_back(t.id);  // the previous round of this partition is still out
+      } else {
+        ts.part_busy[i] = true;
+        scheduler_.Push({r.priority, t.key, 0, t.len, t.id});
+      }
+    }
+  }
+  Dispatch();
+  return id;
+}
+
+void Engine::Dispatch() {
+  std::vector<Outgoing> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (auto item = scheduler_.Pop()) {
+      auto it = tasks_.find(item->id);
+      if (it == tasks_.end()) {  // failed before it went out
+        scheduler_.Release(item->bytes);
+        continue;
+      }
+      const PartTask& t = it->second;
+      Header h;
+      h.opcode = Opcode::kPushPull;
+      h.key = t.key;
+      h.round = t.round;
+      h.request_id = t.id;
+      h.sender = static_cast<uint32_t>(cluster_->rank());
+      h.dtype = static_cast<uint8_t>(t.handle->request.dtype);
+      h.payload_len = t.len;
+      out.push_back({ConnFor(t.server, t.key), h, t.in, t.len});
+    }
+  }
+  for (auto& o : out) {
+    std::vector<iovec> iov;
+    if (o.len > 0) iov.push_back({const_cast<uint8_t*>(o.data), o.len});
+    Status st = o.conn->Send(o.header, iov, nullptr);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishTaskLocked(o.header.request_id, st, nullptr);
+    }
+  }
+}
+
+StatusOr<transport::RecvBuffer> Engine::OnHeader(transport::Connection& c, const Header& h) {
+  if (h.opcode == Opcode::kError) {
+    if (h.payload_len > 64 * 1024) return ProtocolError("oversized error frame from " + c.peer_name());
+    return transport::RecvBuffer{};
+  }
+  if (h.opcode != Opcode::kPushPullReply) {
+    return ProtocolError(fmt::format("unexpected {} from {}", protocol::OpcodeName(h.opcode), c.peer_name()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tasks_.find(h.request_id);
+  transport::RecvBuffer b;
+  if (it == tasks_.end()) {
+    b.discard = true;  // its operation already failed; drop the bytes
+    return b;
+  }
+  if (it->second.len != h.payload_len || it->second.key != h.key) {
+    return ProtocolError(fmt::format("{} answered request {} (key {}, {} bytes) with key {} and {} bytes",
+                                     c.peer_name(), h.request_id, it->second.key, it->second.len, h.key,
+                                     h.payload_len));
+  }
+  b.data = it->second.out;
+  b.size = it->second.len;
+  return b;
+}
+
+void Engine::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  if (h.opcode == Opcode::kError) {
+    std::string msg(reinterpret_cast<const char*>(b.data), b.size);
+    std::lock_guard<std::mutex> lock(mu_);
+    Status st = InvalidArgument(fmt::format("{}: {}", c.peer_name(), msg));
+    if (h.request_id != 0) {
+      FinishTaskLocked(h.request_id, st, nullptr);
+    } else {
+      uint32_t dk = static_cast<uint32_t>(h.key >> 16);
+      tensors_[dk].error = st;
+      FailTasksLocked([dk](const PartTask& t) { return t.declared_key == dk; }, st);
+    }
+    cv_.notify_all();
+    return;
+  }
+  if (b.discard) return;
+  std::shared_ptr<HandleState> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = tasks_.find(h.request_id);
+    if (it == tasks_.end()) return;
+    handle = it->second.handle;
+  }
+  // Average this partition here, on the I/O thread that received it, while others still travel.
+  const TensorRequest& r = handle->request;
+  if (r.average) {
+    DivideInPlace(b.data, b.size / DataTypeSize(r.dtype), r.dtype, size());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishTaskLocked(h.request_id, Status::Ok(), nullptr);
+  }
+  cv_.notify_all();
+  Dispatch();
+}
+
+void Engine::FinishTaskLocked(uint64_t task_id, const Status& st, std::vector<std::shared_ptr<HandleState>>*) {
+  auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) return;
+  PartTask t = std::move(it->second);
+  tasks_.erase(it);
+  scheduler_.Release(t.len);
+  auto ts_it = tensors_.find(t.declared_key);
+  if (ts_it != tensors_.end()) {
+    TensorState& ts = ts_it->second;
+    auto& q = ts.waiting[t.part];
+    // If this round is done, the next round of the same partition may go.
+    bool was_running = ts.part_busy[t.part];
+    if (was_running) {
+      // A task still queued behind (never dispatched) that is being failed is not the running one.
+      auto pos = std::find(q.begin(), q.end(), t.id);
+      if (pos != q.end()) {
+        q.erase(pos);
+      } else if (!q.empty()) {
+        uint64_t next = q.front();
+        q.pop_front();
+        auto nt = tasks_.find(next);
+        if (nt != tasks_.end()) {
+          scheduler_.Push({nt->second.handle->request.priority, nt->second.key, 0, nt->second.len, next});
+        }
+      } else {
+        ts.part_busy[t.part] = false;
+      }
+    }
+  }
+  HandleState& hs = *t.handle;
+  if (!st.ok() && hs.status.ok()) {
+    hs.status = st.WithContext(fmt::format("push_pull of tensor '{}'", hs.request.name));
+  }
+  if (hs.remaining > 0 && --hs.remaining == 0) CompleteHandleLocked(hs);
+}
+
+void Engine::CompleteHandleLocked(HandleState& h) { h.done = true; }
+
+void Engine::FailTasksLocked(const std::function<bool(const PartTask&)>& match, const Status& st) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, t] : tasks_)
+    if (match(t)) ids.push_back(id);
+  std::sort(ids.begin(), ids.end(), std::greater<>());  // queued (later) tasks first
+  for (uint64_t id : ids) FinishTaskLocked(id, st, nullptr);
+}
+
+void Engine::FailAll(const Status& st) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) failure_ = st;
+    FailTasksLocked([](const PartTask&) { return true; }, st);
+  }
+  cv_.notify_all();
+}
+
+void Engine::OnClose(transport::Connection& c, const Status& reason) {
+  int server = static_cast<int>(c.tag);
+  bool shutting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutting = shut_down_ || (leaving_ && tasks_.empty());
+  }
+  if (shutting || server < 0 || server >= static_cast<int>(servers_.size())) return;
+  Status st = Unavailable(fmt::format("lost the connection to {}: {}", c.peer_name(), reason.message()));
+  BYTEPS_LOG(Error, "{}", st.message());
+  // Without that server no round can complete: fail everything, now and later.
+  FailAll(st);
+}
+
+std::string Engine::Outstanding(const HandleState& h) const {
+  std::set<int> servers;
+  for (const auto& [id, t] : tasks_)
+    if (t.handle.get() == &h) servers.insert(t.server);
+  std::string s;
+  for (int sv : servers) s += (s.empty() ? "" : ", ") + std::to_string(sv);
+  return fmt::format("{} partition(s) outstanding on server(s) {}", h.remaining, s);
+}
+
+StatusOr<bool> Engine::Poll(HandleId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handles_.find(id);
+  if (it == handles_.end()) return InvalidArgument(fmt::format("unknown handle {}", id));
+  if (!it->second->done) return false;
+  if (!it->second->status.ok()) return it->second->status;
+  return true;
+}
+
+Status Engine::Wait(HandleId id, double timeout_s) {
+  if (timeout_s < 0) timeout_s = config_.op_timeout_s;
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = handles_.find(id);
+  if (it == handles_.end()) return InvalidArgument(fmt::format("unknown handle {}", id));
+  std::shared_ptr<HandleState> h = it->second;
+  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return h->done; })) {
+    return DeadlineExceeded(fmt::format("push_pull of tensor '{}' did not complete within {:.1f} s "
+                                        "(BYTEPS_TIMEOUT): {}",
+                                        h->request.name, timeout_s, Outstanding(*h)));
+  }
+  return h->status;
+}
+
+void Engine::Release(HandleId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  handles_.erase(id);
+}
+
+Status Engine::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return Status::Ok();
+  }
+  Status result;
+  if (cluster_) {
+    // Let in-flight operations finish (bounded), then leave the job together with the others.
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::duration<double>(config_.op_timeout_s), [&] { return tasks_.empty(); });
+      leaving_ = true;
+    }
+    result = cluster_->Finish();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+    FailTasksLocked([](const PartTask&) { return true; }, Aborted("byteps was shut down"));
+  }
+  cv_.notify_all();
+  if (transport_) transport_->Shutdown();
+  cluster_.reset();
+  return result;
+}
+
+}  // namespace byteps::worker

@@ -1,0 +1,146 @@
+// The worker engine: what push_pull runs on. Enqueue never blocks on the network: it plans the
+// tensor's partitions (KeyAssigner), queues them by priority with a credit (PriorityScheduler),
+// and sends each as one combined push-pull request straight from the input tensor; the server's
+// reply lands straight in the output tensor. A Handle completes when all partitions are back (or
+// with the first error, which names the tensor and the peer).
+//
+// Non-distributed mode (DMLC_NUM_WORKER=1, no BYTEPS_FORCE_DISTRIBUTED): no network at all; the
+// result is the input.
+//
+// Threading: all public methods are thread-safe. Reply handling runs on transport I/O threads,
+// which also dispatch the next partitions when credit frees up.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "cluster/cluster_client.h"
+#include "common/dtype.h"
+#include "config/config.h"
+#include "transport/transport.h"
+#include "worker/key_assigner.h"
+#include "worker/priority_scheduler.h"
+
+namespace byteps::worker {
+
+struct TensorRequest {
+  std::string name;  // the core name ("byteps.<user name>" from the plugins)
+  const void* input = nullptr;
+  void* output = nullptr;  // may equal input (in place); must not partially overlap it
+  size_t bytes = 0;
+  DataType dtype = DataType::kFloat32;
+  bool average = false;  // divide the sum by size()
+  int priority = 0;      // higher goes first
+};
+
+using HandleId = int64_t;
+
+class Engine : public transport::Handler {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Start(const config::Config& config);
+  ~Engine() override;
+
+  int rank() const { return rank_; }
+  int size() const { return config_.size(); }
+  int local_rank() const { return config_.local_rank; }
+  int local_size() const { return config_.local_size; }
+  bool distributed() const { return config_.distributed(); }
+  const config::Config& config() const { return config_; }
+
+  // Declares `name` (same order on every worker). With a size, places its partitions now
+  // (byte-balanced over servers).
+  StatusOr<uint32_t> Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size = std::nullopt);
+  StatusOr<HandleId> Enqueue(const TensorRequest& request);
+  // True when finished successfully, false while running; the operation's error once it failed.
+  StatusOr<bool> Poll(HandleId h);
+  // Waits up to timeout_s (< 0: BYTEPS_TIMEOUT). The operation's error, or DeadlineExceeded.
+  Status Wait(HandleId h, double timeout_s = -1);
+  void Release(HandleId h);
+  // Waits for outstanding work, tells the scheduler we are done, waits for the job's end.
+  Status Shutdown();
+
+  StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
+  void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
+  void OnClose(transport::Connection& c, const Status& reason) override;
+
+ private:
+  struct HandleState {
+    HandleId id = 0;
+    TensorRequest request;
+    size_t remaining = 0;
+    bool done = false;
+    Status status;
+  };
+  struct PartTask {
+    uint64_t id = 0;
+    std::shared_ptr<HandleState> handle;
+    uint32_t declared_key = 0;
+    size_t part = 0;
+    uint64_t key = 0;
+    uint32_t round = 0;
+    int server = 0;
+    const uint8_t* in = nullptr;
+    uint8_t* out = nullptr;
+    size_t len = 0;
+  };
+  struct TensorState {
+    const TensorPlan* plan = nullptr;
+    uint32_t round = 0;
+    bool announced = false;  // InitKey sent to the servers
+    Status error;            // a declaration mismatch poisons the tensor
+    std::vector<bool> part_busy;
+    std::vector<std::deque<uint64_t>> waiting;  // tasks queued behind an in-flight round
+  };
+  struct ServerLink {
+    protocol::NodeInfo node;
+    std::vector<std::shared_ptr<transport::Connection>> conns;
+    Status lost;  // set when any of its connections dropped
+  };
+  struct Outgoing {
+    std::shared_ptr<transport::Connection> conn;
+    protocol::Header header;
+    const uint8_t* data;
+    size_t len;
+  };
+
+  explicit Engine(const config::Config& config);
+  Status Connect();
+  std::shared_ptr<transport::Connection> ConnFor(int server, uint64_t key) const;
+  void Announce(const TensorPlan& plan);
+  // Moves ready partitions out of the scheduler (under mu_) and sends them (without mu_).
+  void Dispatch();
+  void FinishTaskLocked(uint64_t task_id, const Status& st, std::vector<std::shared_ptr<HandleState>>* to_avg);
+  void FailTasksLocked(const std::function<bool(const PartTask&)>& match, const Status& st);
+  void FailAll(const Status& st);
+  static void CompleteHandleLocked(HandleState& h);
+  std::string Outstanding(const HandleState& h) const;
+
+  config::Config config_;
+  int rank_ = 0;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<cluster::ClusterClient> cluster_;
+  std::vector<ServerLink> servers_;
+
+  std::mutex enqueue_mu_;  // serialises Enqueue so InitKey always precedes a key's first push
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  KeyAssigner assigner_;                                          // guarded by mu_
+  PriorityScheduler scheduler_;                                   // guarded by mu_
+  std::unordered_map<uint32_t, TensorState> tensors_;             // guarded by mu_
+  std::unordered_map<HandleId, std::shared_ptr<HandleState>> handles_;  // guarded by mu_
+  std::unordered_map<uint64_t, PartTask> tasks_;                  // guarded by mu_
+  HandleId next_handle_ = 1;                                      // guarded by mu_
+  uint64_t next_task_ = 1;                                        // guarded by mu_
+  Status failure_;                                                // guarded by mu_
+  bool shut_down_ = false;                                        // guarded by mu_
+  bool leaving_ = false;  // Finish sent: servers hanging up is expected; guarded by mu_
+};
+
+}  // namespace byteps::worker

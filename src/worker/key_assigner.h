@@ -1,0 +1,66 @@
+// Tensor names -> keys, and partitions -> servers. Every worker must reach the same answers, so
+// everything here depends only on the sequence of Declare calls (which the plugins make in the same
+// order on every worker):
+//  - declared key = index in declaration order; partition key = (declared key << 16) + partition;
+//  - when a tensor is declared with its size, its partitions go to the least-loaded servers by
+//    bytes so far (ties: lowest rank) — byte-balanced, deterministic;
+//  - a tensor first seen without a size is placed by a hash of its declared key, its partitions
+//    round-robin from there (does not change the byte loads).
+// Threading: not thread-safe; the engine serialises calls.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "worker/partitioner.h"
+
+namespace byteps::worker {
+
+struct PartitionPlan {
+  uint64_t key = 0;
+  int server = 0;
+  PartitionRange range;
+};
+
+struct TensorPlan {
+  std::string name;
+  uint32_t declared_key = 0;
+  size_t bytes = 0;
+  DataType dtype = DataType::kFloat32;
+  std::vector<PartitionPlan> partitions;
+};
+
+inline constexpr uint32_t kMaxTensors = 1u << 16;
+inline constexpr size_t kMaxPartitionsPerTensor = 1u << 16;
+
+class KeyAssigner {
+ public:
+  KeyAssigner(int num_servers, size_t partition_bytes);
+
+  // Returns the declared key of `name`, declaring it if new. With a size, also plans it now.
+  StatusOr<uint32_t> Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size = std::nullopt);
+  // The plan for `name` with this size/dtype; plans it on first use. An existing plan with a
+  // different size or dtype is an InvalidArgument error naming the tensor.
+  StatusOr<const TensorPlan*> Plan(const std::string& name, size_t bytes, DataType dtype);
+  const std::vector<uint64_t>& server_loads() const { return loads_; }
+
+ private:
+  StatusOr<TensorPlan*> MakePlan(uint32_t declared_key, const std::string& name, size_t bytes, DataType dtype,
+                                 bool balanced);
+
+  int num_servers_;
+  size_t partition_bytes_;
+  std::unordered_map<std::string, uint32_t> keys_;
+  std::vector<std::optional<TensorPlan>> plans_;  // by declared key
+  std::vector<uint64_t> loads_;                   // bytes per server from balanced plans
+};
+
+// djb2 over the decimal string, as BytePS hashes keys (used for unsized placement).
+uint64_t Djb2(uint64_t key);
+
+}  // namespace byteps::worker

@@ -206,6 +206,15 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   return id;
 }
 
+void Engine::ReleaseStalledCreditLocked() {
+  for (auto& [id, t] : tasks_) {
+    if (t.dispatched && t.holds_credit) {
+      t.holds_credit = false;
+      scheduler_.Release(t.len);
+    }
+  }
+}
+
 void Engine::Dispatch() {
   std::vector<Outgoing> out;
   {
@@ -216,7 +225,9 @@ void Engine::Dispatch() {
         scheduler_.Release(item->bytes);
         continue;
       }
-      const PartTask& t = it->second;
+      PartTask& t = it->second;
+      t.dispatched = true;
+      t.holds_credit = true;
       Header h;
       h.opcode = Opcode::kPushPull;
       h.key = t.key;
@@ -305,7 +316,8 @@ void Engine::FinishTaskLocked(uint64_t task_id, const Status& st, std::vector<st
   if (it == tasks_.end()) return;
   PartTask t = std::move(it->second);
   tasks_.erase(it);
-  scheduler_.Release(t.len);
+  ++completions_;
+  if (t.holds_credit) scheduler_.Release(t.len);
   auto ts_it = tensors_.find(t.declared_key);
   if (ts_it != tensors_.end()) {
     TensorState& ts = ts_it->second;
@@ -393,7 +405,24 @@ Status Engine::Wait(HandleId id, double timeout_s) {
   auto it = handles_.find(id);
   if (it == handles_.end()) return InvalidArgument(fmt::format("unknown handle {}", id));
   std::shared_ptr<HandleState> h = it->second;
-  if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return h->done; })) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(timeout_s));
+  // Credit stall guard: if nothing completes for kStall while partitions wait for credit, let one
+  // more go (see PriorityScheduler::PopIgnoringCredit).
+  constexpr auto kStall = std::chrono::milliseconds(50);
+  uint64_t seen = completions_;
+  while (!h->done && std::chrono::steady_clock::now() < deadline) {
+    auto until = std::min(deadline, std::chrono::steady_clock::now() + kStall);
+    if (cv_.wait_until(lock, until, [&] { return h->done; })) break;
+    if (completions_ == seen && scheduler_.pending() > 0 && config_.scheduling_credit > 0) {
+      ReleaseStalledCreditLocked();
+      lock.unlock();
+      Dispatch();
+      lock.lock();
+    }
+    seen = completions_;
+  }
+  if (!h->done) {
     return DeadlineExceeded(fmt::format("push_pull of tensor '{}' did not complete within {:.1f} s "
                                         "(BYTEPS_TIMEOUT): {}",
                                         h->request.name, timeout_s, Outstanding(*h)));

@@ -89,6 +89,8 @@ class Engine : public transport::Handler {
     const uint8_t* in = nullptr;
     uint8_t* out = nullptr;
     size_t len = 0;
+    bool dispatched = false;
+    bool holds_credit = false;  // false once the stall guard took its credit back
   };
   struct TensorState {
     const TensorPlan* plan = nullptr;
@@ -116,6 +118,10 @@ class Engine : public transport::Handler {
   void Announce(const TensorPlan& plan);
   // Moves ready partitions out of the scheduler (under mu_) and sends them (without mu_).
   void Dispatch();
+  // Credit stall guard: partitions that have been out for a whole stall period are waiting for
+  // other workers, not for the network; give their credit back so the queue moves. (Only possible
+  // when workers enqueue in different orders; training enqueues in the same order everywhere.)
+  void ReleaseStalledCreditLocked();
   void FinishTaskLocked(uint64_t task_id, const Status& st, std::vector<std::shared_ptr<HandleState>>* to_avg);
   void FailTasksLocked(const std::function<bool(const PartTask&)>& match, const Status& st);
   void FailAll(const Status& st);
@@ -138,6 +144,7 @@ class Engine : public transport::Handler {
   std::unordered_map<uint64_t, PartTask> tasks_;                  // guarded by mu_
   HandleId next_handle_ = 1;                                      // guarded by mu_
   uint64_t next_task_ = 1;                                        // guarded by mu_
+  uint64_t completions_ = 0;  // partitions finished, for the credit stall guard; guarded by mu_
   Status failure_;                                                // guarded by mu_
   bool shut_down_ = false;                                        // guarded by mu_
   bool leaving_ = false;  // Finish sent: servers hanging up is expected; guarded by mu_

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs, builds and runs every test: GoogleTest (unit + in-process cluster), pytest (Python API,
+# launcher, multi-process jobs and bad input), then the suite under ASan+UBSan and the concurrency
+# tests under TSan. Set BYTEPS_SKIP_SANITIZERS=1 for a quick local run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+
+echo "== build =="
+bash scripts/build.sh
+echo "== ctest =="
+(cd build && ctest --output-on-failure --timeout 600)
+echo "== pytest =="
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
+
+if [ "${BYTEPS_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== ASan + UBSan =="
+  BUILD_DIR=build-asan BUILD_TYPE=Debug bash scripts/build.sh -DBYTEPS_SANITIZE=address,undefined \
+    -DBYTEPS_BUILD_PYTHON=OFF -DBYTEPS_BUILD_BENCH=OFF
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+     ctest --output-on-failure --timeout 900)
+  echo "== TSan (concurrency tests) =="
+  BUILD_DIR=build-tsan BUILD_TYPE=Debug bash scripts/build.sh -DBYTEPS_SANITIZE=thread \
+    -DBYTEPS_BUILD_PYTHON=OFF -DBYTEPS_BUILD_BENCH=OFF
+  (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+     ctest --output-on-failure --timeout 900 -L concurrency)
+fi
+echo "== all tests passed =="

@@ -1,0 +1,113 @@
+#include "tests/integration/cluster_harness.h"
+
+#include <future>
+
+namespace byteps::testing {
+
+ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
+  cluster::SchedulerOptions so;
+  so.host = "127.0.0.1";
+  so.num_workers = o.num_workers;
+  so.num_servers = o.num_servers;
+  so.start_timeout_s = o.timeout_s;
+  so.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  auto s = cluster::Scheduler::Start(so);
+  BYTEPS_CHECK(s.ok());
+  scheduler_ = std::move(s.value());
+  port_ = scheduler_->port();
+  servers_.resize(o.num_servers);
+  std::vector<std::future<void>> joins;
+  for (int i = 0; i < o.num_servers; ++i) {
+    ServerNode& n = servers_[i];
+    server::ServerOptions sopt;
+    sopt.num_workers = o.num_workers;
+    sopt.engine_threads = o.engine_threads;
+    n.server = std::make_unique<server::Server>(sopt);
+    auto port = n.server->Listen("127.0.0.1", 0);
+    BYTEPS_CHECK(port.ok());
+    transport::TransportOptions to;
+    to.name = "srv-ctl";
+    n.control = transport::CreateTcpTransport(to);
+    cluster::ClientOptions co;
+    co.role = "server";
+    co.port = port.value();
+    co.root_port = port_;
+    co.num_workers = o.num_workers;
+    co.num_servers = o.num_servers;
+    co.start_timeout_s = o.timeout_s;
+    co.heartbeat_interval_s = o.heartbeat_interval_s;
+    // Join blocks until the workers are in too, so servers join on their own threads.
+    server_joiners_.emplace_back([&n, co] {
+      auto c = cluster::ClusterClient::Join(*n.control, co, nullptr);
+      if (c.ok()) n.client = std::move(c.value());
+    });
+  }
+}
+
+config::Config ClusterHarness::WorkerConfig(int rank) const {
+  config::Config c;
+  c.role = config::Role::kWorker;
+  c.root_uri = "127.0.0.1";
+  c.root_port = port_;
+  c.num_workers = options_.num_workers;
+  c.num_servers = options_.num_servers;
+  c.worker_id = rank;
+  c.force_distributed = true;
+  c.partition_bytes = options_.partition_bytes;
+  c.scheduling_credit = options_.scheduling_credit;
+  c.connections_per_peer = options_.connections_per_peer;
+  c.start_timeout_s = options_.timeout_s;
+  c.op_timeout_s = options_.timeout_s;
+  c.heartbeat_interval_s = options_.heartbeat_interval_s;
+  c.heartbeat_timeout_s = options_.heartbeat_timeout_s;
+  c.io_threads = 1;
+  return c;
+}
+
+Status ClusterHarness::StartWorkers() {
+  std::vector<std::future<StatusOr<std::unique_ptr<worker::Engine>>>> fs;
+  for (int i = 0; i < options_.num_workers; ++i) {
+    fs.push_back(std::async(std::launch::async, [this, i] { return worker::Engine::Start(WorkerConfig(i)); }));
+  }
+  Status first;
+  for (auto& f : fs) {
+    auto e = f.get();
+    if (!e.ok() && first.ok()) first = e.status();
+    workers_.push_back(e.ok() ? std::move(e.value()) : nullptr);
+  }
+  for (auto& t : server_joiners_) t.join();
+  server_joiners_.clear();
+  return first;
+}
+
+void ClusterHarness::KillWorker(int i) { workers_[i].reset(); }
+
+Status ClusterHarness::ShutdownAll() {
+  std::vector<std::future<Status>> fs;
+  for (auto& w : workers_) {
+    if (!w) continue;
+    worker::Engine* e = w.get();
+    fs.push_back(std::async(std::launch::async, [e] { return e->Shutdown(); }));
+  }
+  Status first;
+  for (auto& f : fs) {
+    Status st = f.get();
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+ClusterHarness::~ClusterHarness() {
+  for (auto& t : server_joiners_)
+    if (t.joinable()) t.join();
+  workers_.clear();
+  scheduler_->Stop(Aborted("test over"));
+  for (auto& n : servers_) {
+    if (n.server) n.server->Shutdown();
+    n.client.reset();
+    if (n.control) n.control->Shutdown();
+  }
+  scheduler_.reset();
+}
+
+}  // namespace byteps::testing

@@ -1,0 +1,59 @@
+// In-process cluster: a scheduler, k servers and n worker engines as threads of one process on
+// ephemeral loopback ports. Real sockets, real protocol; only the process boundary is missing.
+#pragma once
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "cluster/cluster_client.h"
+#include "cluster/scheduler.h"
+#include "config/config.h"
+#include "server/server.h"
+#include "worker/engine.h"
+
+namespace byteps::testing {
+
+struct HarnessOptions {
+  int num_workers = 2;
+  int num_servers = 2;
+  size_t partition_bytes = 4096000;
+  int scheduling_credit = 0;
+  int engine_threads = 2;
+  int connections_per_peer = 2;
+  double timeout_s = 20;
+  double heartbeat_interval_s = 0.2;
+  double heartbeat_timeout_s = 3;
+};
+
+class ClusterHarness {
+ public:
+  explicit ClusterHarness(const HarnessOptions& o);
+  ~ClusterHarness();
+
+  // Starts scheduler and servers; then StartWorkers() joins n engines (in parallel: Join blocks
+  // until all have registered).
+  Status StartWorkers();
+  worker::Engine& worker(int i) { return *workers_[i]; }
+  int num_workers() const { return options_.num_workers; }
+  config::Config WorkerConfig(int rank) const;
+  // Drops worker i without a clean shutdown (as if its process died).
+  void KillWorker(int i);
+  Status ShutdownAll();
+
+ private:
+  struct ServerNode {
+    std::unique_ptr<server::Server> server;
+    std::unique_ptr<transport::Transport> control;
+    std::unique_ptr<cluster::ClusterClient> client;
+  };
+
+  HarnessOptions options_;
+  std::unique_ptr<cluster::Scheduler> scheduler_;
+  int port_ = 0;
+  std::vector<ServerNode> servers_;
+  std::vector<std::thread> server_joiners_;
+  std::vector<std::unique_ptr<worker::Engine>> workers_;
+};
+
+}  // namespace byteps::testing

@@ -46,52 +46,113 @@ void Emit(const nlohmann::json& j, const BenchOptions& o) {
   }
 }
 
-// A plain TCP stream over loopback: the ceiling a push_pull on this machine is measured against.
-int RunRawTcp(const BenchOptions& o) {
-  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(ls, 1) != 0) {
-    fmt::print(stderr, "raw tcp: cannot listen on loopback: {}\n", std::strerror(errno));
-    return 1;
+// Plain TCP over loopback: the ceilings a push_pull on this machine is measured against.
+//  - stream: one socket, 64 MiB writes one way (what iperf3 measures);
+//  - echo: 64 MiB out and the same 64 MiB back through a peer that returns every byte as it
+//    arrives, i.e. exactly the bytes a push_pull moves, with nothing summed or framed.
+class LoopbackPair {
+ public:
+  bool Open() {
+    int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    if (::bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(ls, 1) != 0) return false;
+    getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
+    client_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) return false;
+    server_ = ::accept(ls, nullptr, nullptr);
+    ::close(ls);
+    return server_ >= 0;
   }
-  getsockname(ls, reinterpret_cast<sockaddr*>(&a), &len);
-  const size_t chunk = 64u << 20;
-  std::thread reader([ls] {
-    int fd = ::accept(ls, nullptr, nullptr);
+  ~LoopbackPair() {
+    if (client_ >= 0) ::close(client_);
+    if (server_ >= 0) ::close(server_);
+  }
+  int client_ = -1, server_ = -1;
+};
+
+bool SendAll(int fd, const uint8_t* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool RecvAll(int fd, uint8_t* p, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::recv(fd, p, n, 0);
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+double RawStream(size_t chunk, double seconds, std::vector<double>* rates) {
+  LoopbackPair pair;
+  if (!pair.Open()) return 0;
+  std::thread reader([&] {
     std::vector<uint8_t> buf(4u << 20);
-    while (::recv(fd, buf.data(), buf.size(), 0) > 0) {
+    while (::recv(pair.server_, buf.data(), buf.size(), 0) > 0) {
     }
-    ::close(fd);
   });
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    fmt::print(stderr, "raw tcp: connect failed\n");
-    return 1;
-  }
   std::vector<uint8_t> data(chunk, 1);
-  std::vector<double> rates;
-  auto end = Clock::now() + std::chrono::duration<double>(o.raw_seconds);
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
   while (Clock::now() < end) {
     auto t0 = Clock::now();
-    size_t sent = 0;
-    while (sent < chunk) {
-      ssize_t n = ::send(fd, data.data() + sent, chunk - sent, 0);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    rates.push_back(chunk / dt / 1e9);
+    if (!SendAll(pair.client_, data.data(), chunk)) break;
+    rates->push_back(chunk / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
   }
-  ::close(fd);
+  ::shutdown(pair.client_, SHUT_WR);
   reader.join();
-  ::close(ls);
-  double gbps = Median(rates);
-  fmt::print("# raw TCP stream over loopback, 64 MiB writes, {:.1f} s\n", o.raw_seconds);
-  fmt::print("raw_tcp_GBps {:.3f}\n", gbps);
-  Emit(nlohmann::json{{"mode", "raw_tcp"}, {"GBps", gbps}, {"samples", rates.size()}}, o);
+  return Median(*rates);
+}
+
+double RawEcho(size_t chunk, double seconds, std::vector<double>* rates) {
+  LoopbackPair pair;
+  if (!pair.Open()) return 0;
+  std::thread echo([&] {
+    std::vector<uint8_t> buf(1u << 20);
+    for (;;) {
+      ssize_t k = ::recv(pair.server_, buf.data(), buf.size(), 0);
+      if (k <= 0 || !SendAll(pair.server_, buf.data(), static_cast<size_t>(k))) break;
+    }
+  });
+  std::vector<uint8_t> out(chunk, 1), in(chunk);
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    auto t0 = Clock::now();
+    std::thread sender([&] { SendAll(pair.client_, out.data(), chunk); });
+    bool ok = RecvAll(pair.client_, in.data(), chunk);
+    sender.join();
+    if (!ok) break;
+    rates->push_back(chunk / std::chrono::duration<double>(Clock::now() - t0).count() / 1e9);
+  }
+  ::shutdown(pair.client_, SHUT_WR);
+  echo.join();
+  return Median(*rates);
+}
+
+int RunRawTcp(const BenchOptions& o) {
+  const size_t chunk = 64u << 20;
+  std::vector<double> s_rates, e_rates;
+  double stream = RawStream(chunk, o.raw_seconds, &s_rates);
+  double echo = RawEcho(chunk, o.raw_seconds, &e_rates);
+  if (stream <= 0 || echo <= 0) {
+    fmt::print(stderr, "raw tcp: loopback sockets failed: {}\n", std::strerror(errno));
+    return 1;
+  }
+  fmt::print("# plain TCP over loopback, 64 MiB per sample, {:.1f} s each, medians\n", o.raw_seconds);
+  fmt::print("raw_tcp_stream_GBps {:.3f}   (one way)\n", stream);
+  fmt::print("raw_tcp_echo_GBps   {:.3f}   (64 MiB out + the same back: a push_pull's traffic)\n", echo);
+  Emit(nlohmann::json{{"mode", "raw_tcp"}, {"stream_GBps", stream}, {"echo_GBps", echo},
+                      {"stream_samples", s_rates.size()}, {"echo_samples", e_rates.size()}},
+       o);
   return 0;
 }
 

@@ -13,6 +13,10 @@ namespace byteps::cluster {
 using protocol::Header;
 using protocol::Opcode;
 
+namespace {
+constexpr double kVerdictGraceS = 5.0;
+}  // namespace
+
 ClusterClient::ClusterClient(const ClientOptions& options, FailureCallback on_failure)
     : options_(options), on_failure_(std::move(on_failure)) {}
 
@@ -39,11 +43,18 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
   Header h;
   h.opcode = Opcode::kRegister;
   BYTEPS_RETURN_IF_ERROR(c->conn_->SendCopy(h, protocol::Encode(req)));
-  double left = options.start_timeout_s -
+  // The scheduler enforces BYTEPS_START_TIMEOUT and then tells everyone what is missing; wait a
+  // little longer than that so its verdict (which names the missing nodes) arrives first.
+  double left = options.start_timeout_s + kVerdictGraceS -
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ClusterClient* raw = c.get();
-  Status st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty(); },
-                         std::max(left, 0.1), "registration with the scheduler");
+  Status st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty(); }, std::max(left, 0.1),
+                         "registration with the scheduler");
+  if (st.code() == StatusCode::kDeadlineExceeded) {
+    return DeadlineExceeded(fmt::format("the scheduler at {}:{} did not complete the rendezvous within "
+                                        "BYTEPS_START_TIMEOUT={:.0f} s (and gave no reason)",
+                                        options.root_uri, options.root_port, options.start_timeout_s));
+  }
   if (!st.ok()) return st;
   {
     std::lock_guard<std::mutex> lock(c->mu_);
@@ -179,7 +190,7 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
       if (h.arg != 0) Fail(Aborted("the scheduler terminated the job after a failure"));
       std::lock_guard<std::mutex> lock(mu_);
       terminated_ = true;
-      terminate_code_ = h.arg;
+      if (terminate_code_ == 0) terminate_code_ = h.arg;  // a failure is never undone
       cv_.notify_all();
       break;
     }

@@ -104,7 +104,7 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
           }
           barriers_.erase(h.key);
         }
-      } else if (h.opcode == Opcode::kFinish && !node.finished) {
+      } else if (h.opcode == Opcode::kFinish && !node.finished && !job_over_) {
         node.finished = true;
         if (node.info.role == "worker" && ++finished_workers_ == options_.num_workers) {
           BYTEPS_LOG(Info, "all {} workers finished; terminating the job", options_.num_workers);
@@ -316,7 +316,9 @@ void Scheduler::Watchdog() {
   auto start_deadline = start_time_ + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(options_.start_timeout_s));
   while (!job_over_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(250));
+    auto next = Clock::now() + std::chrono::milliseconds(250);
+    if (!rendezvous_done_) next = std::min(next, start_deadline);
+    cv_.wait_until(lock, next);
     if (job_over_) break;
     Outbox out;
     auto now = Clock::now();

@@ -270,6 +270,7 @@ StatusOr<transport::RecvBuffer> Engine::OnHeader(transport::Connection& c, const
                                      c.peer_name(), h.request_id, it->second.key, it->second.len, h.key,
                                      h.payload_len));
   }
+  it->second.receiving_on = &c;
   b.data = it->second.out;
   b.size = it->second.len;
   return b;
@@ -296,6 +297,12 @@ void Engine::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
     std::lock_guard<std::mutex> lock(mu_);
     auto it = tasks_.find(h.request_id);
     if (it == tasks_.end()) return;
+    it->second.receiving_on = nullptr;
+    if (!it->second.deferred_error.ok()) {
+      FinishTaskLocked(h.request_id, it->second.deferred_error, nullptr);
+      cv_.notify_all();
+      return;
+    }
     handle = it->second.handle;
   }
   // Average this partition here, on the I/O thread that received it, while others still travel.
@@ -352,8 +359,14 @@ void Engine::CompleteHandleLocked(HandleState& h) { h.done = true; }
 
 void Engine::FailTasksLocked(const std::function<bool(const PartTask&)>& match, const Status& st) {
   std::vector<uint64_t> ids;
-  for (auto& [id, t] : tasks_)
-    if (match(t)) ids.push_back(id);
+  for (auto& [id, t] : tasks_) {
+    if (!match(t)) continue;
+    if (t.receiving_on != nullptr) {
+      if (t.deferred_error.ok()) t.deferred_error = st;  // finished when its frame is complete
+      continue;
+    }
+    ids.push_back(id);
+  }
   std::sort(ids.begin(), ids.end(), std::greater<>());  // queued (later) tasks first
   for (uint64_t id : ids) FinishTaskLocked(id, st, nullptr);
 }
@@ -374,7 +387,18 @@ void Engine::OnClose(transport::Connection& c, const Status& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     shutting = shut_down_ || (leaving_ && tasks_.empty());
   }
-  if (shutting || server < 0 || server >= static_cast<int>(servers_.size())) return;
+  {
+    // The transport stopped writing into whatever this connection was receiving.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [id, t] : tasks_)
+      if (t.receiving_on == &c) t.receiving_on = nullptr;
+  }
+  if (shutting || server < 0 || server >= static_cast<int>(servers_.size())) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailTasksLocked([server](const PartTask& t) { return t.server == server; },
+                    Aborted("byteps was shut down"));
+    return;
+  }
   Status st = Unavailable(fmt::format("lost the connection to {}: {}", c.peer_name(), reason.message()));
   BYTEPS_LOG(Error, "{}", st.message());
   // Without that server no round can complete: fail everything, now and later.
@@ -456,8 +480,8 @@ Status Engine::Shutdown() {
     FailTasksLocked([](const PartTask&) { return true; }, Aborted("byteps was shut down"));
   }
   cv_.notify_all();
+  cluster_.reset();  // closes the scheduler connection as expected, before the transport goes
   if (transport_) transport_->Shutdown();
-  cluster_.reset();
   return result;
 }
 

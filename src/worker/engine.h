@@ -90,6 +90,10 @@ class Engine : public transport::Handler {
     uint8_t* out = nullptr;
     size_t len = 0;
     bool dispatched = false;
+    // Set while the transport writes the reply into `out`: such a task is never completed from
+    // another thread (the user could free `out`); its error waits in deferred_error.
+    const transport::Connection* receiving_on = nullptr;
+    Status deferred_error;
     bool holds_credit = false;  // false once the stall guard took its credit back
   };
   struct TensorState {

@@ -1,0 +1,265 @@
+"""Framework-neutral basics shared by every byteps plugin (byteps.numpy now, byteps.torch later).
+
+A plugin turns its tensors into (data pointer, byte count, dtype code) and calls the native core
+``byteps._core`` through the helpers here:
+
+* :func:`core` imports the native module on first use, with a clear error when it was not built.
+* :func:`init` / :func:`shutdown` / :func:`suspend` and the rank/size queries.  Unlike the
+  original BytePS (which returned rank 0 / size 1 before init, quirk §11.9), the queries raise
+  ``byteps._core.BytePSError`` before :func:`init`.
+* :class:`HandleManager` keeps each operation's input and output alive until it is synchronized,
+  because the core reads and writes those buffers from its I/O threads until then.
+* :func:`core_name` maps user names to core names (``"byteps." + name``).
+
+Names: every worker must use the same name for the same logical tensor, with the same size and
+dtype, and must first use (or declare) the names in the same order.  A call without a name gets
+the next name of a per-process counter, ``"byteps.noname.<n>"`` (the original gave every unnamed
+call the same name, quirk §11.2), so unnamed calls must be made in the same order on all workers.
+Each unnamed call declares a new tensor: name the tensors a training loop pushes every step.
+
+Thread-safety: every function here may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+
+_BUILD_HINT = ("byteps native core not built: run cmake -S . -B build && cmake --build build "
+               "(it writes python/byteps/_core*.so), or pip install .")
+
+_core_module = None
+_lock = threading.Lock()
+_atexit_registered = False
+_noname_counter = 0
+
+
+def core():
+    """The native module ``byteps._core``, imported on first use.
+
+    Raises:
+        ImportError: the module was not built (or cannot be loaded); the message says how to
+            build it and carries the original import error.
+    """
+    global _core_module
+    if _core_module is None:
+        try:
+            from . import _core  # noqa: PLC0415 - deliberately lazy
+        except ImportError as err:
+            raise ImportError(f"{_BUILD_HINT} ({err})") from err
+        _core_module = _core
+    return _core_module
+
+
+def error_type() -> type:
+    """``byteps._core.BytePSError``: the exception the core raises (a RuntimeError)."""
+    return core().BytePSError
+
+
+def init(lazy: bool = True) -> None:
+    """Joins the job (reads the configuration from the environment).
+
+    Blocks until every worker and server has registered with the scheduler (at most
+    BYTEPS_START_TIMEOUT); with one worker and no BYTEPS_FORCE_DISTRIBUTED it needs no network.
+    Idempotent.  Registers :func:`shutdown` to run at interpreter exit.
+
+    Args:
+        lazy: accepted for compatibility with BytePS; this core always joins right away.
+
+    Raises:
+        ValueError: a bad configuration (the message names the variable).
+        byteps._core.BytePSError: the job could not be joined (scheduler unreachable, refused,
+            rendezvous timed out...).
+    """
+    global _atexit_registered
+    del lazy
+    c = core()
+    with _lock:
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+    c.init()
+
+
+def shutdown() -> None:
+    """Finishes outstanding work and leaves the job together with the other workers.
+
+    Forgets every handle not yet synchronized and restarts the unnamed-tensor counter (the
+    core's declarations restart too).  A no-op when not initialized; :func:`init` may be called
+    again afterwards.
+    """
+    global _noname_counter
+    if _core_module is None:
+        return  # never initialized: nothing to shut down, and no reason to load the core
+    try:
+        _core_module.shutdown()
+    finally:
+        handles.clear()
+        with _lock:
+            _noname_counter = 0
+
+
+def _shutdown_at_exit() -> None:
+    """:func:`shutdown` at interpreter exit; a failure (e.g. the job already failed, which the
+    program was told by its push_pull) is one line on stderr, not a traceback."""
+    try:
+        shutdown()
+    except Exception as err:  # noqa: BLE001 - nobody can catch it at exit
+        print(f"byteps: shutdown at exit failed: {err}", file=sys.stderr, flush=True)
+
+
+def suspend() -> None:
+    """Same as :func:`shutdown` (as in BytePS)."""
+    shutdown()
+
+
+def is_initialized() -> bool:
+    return _core_module is not None and _core_module.is_initialized()
+
+
+def rank() -> int:
+    """Global rank of this process.  Raises BytePSError before :func:`init`."""
+    return core().rank()
+
+
+def size() -> int:
+    """Number of training processes in the job.  Raises BytePSError before :func:`init`."""
+    return core().size()
+
+
+def local_rank() -> int:
+    """Index of this process on its host.  Raises BytePSError before :func:`init`."""
+    return core().local_rank()
+
+
+def local_size() -> int:
+    """Number of training processes on this host.  Raises BytePSError before :func:`init`."""
+    return core().local_size()
+
+
+def core_name(name: Optional[str]) -> str:
+    """The core's name for a user-level tensor name; None draws the next unnamed name."""
+    global _noname_counter
+    if name is None:
+        with _lock:
+            n = _noname_counter
+            _noname_counter += 1
+        return f"byteps.noname.{n}"
+    if not isinstance(name, str):
+        raise TypeError(f"a tensor name must be a str, got {type(name).__name__} {name!r}")
+    if not name:
+        raise ValueError("a tensor name must not be empty (pass name=None for an unnamed tensor)")
+    return "byteps." + name
+
+
+def declare(name: str) -> int:
+    """Declares tensor ``name`` (same order on all workers) and returns its key."""
+    if name is None:
+        raise TypeError("declare() needs a name")
+    return core().declare(core_name(name))
+
+
+@dataclass
+class Pending:
+    """What a handle keeps alive until it is synchronized."""
+
+    input: Any
+    output: Any
+    name: str  # core name
+    meta: Any = None  # plugin-specific (e.g. how to return the output)
+
+
+class HandleManager:
+    """Maps core handles to their :class:`Pending` operation.  Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[int, Pending] = {}
+
+    def add(self, handle: int, pending: Pending) -> int:
+        with self._lock:
+            self._pending[handle] = pending
+        return handle
+
+    def get(self, handle: int) -> Pending:
+        with self._lock:
+            pending = self._pending.get(handle)
+        if pending is None:
+            raise ValueError(f"unknown byteps handle {handle!r} (never returned by push_pull_async, "
+                             f"or already synchronized)")
+        return pending
+
+    def remove(self, handle: int) -> None:
+        with self._lock:
+            self._pending.pop(handle, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._pending.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+
+handles = HandleManager()
+
+
+def start(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dtype: int,
+          average: bool, priority: int, input_obj: Any, output_obj: Any, meta: Any = None) -> int:
+    """Starts one push_pull in the core and records what must stay alive; returns the handle."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    cname = core_name(name)
+    handle = core().push_pull_async(cname, input_ptr, output_ptr, nbytes, dtype, bool(average), priority)
+    return handles.add(handle, Pending(input_obj, output_obj, cname, meta))
+
+
+def _state(c, handle: int) -> str:
+    """"running", "done" or "failed" (the core raises the operation's error from poll)."""
+    try:
+        return "done" if c.poll(handle) else "running"
+    except (c.BytePSError, ValueError):
+        return "failed"
+
+
+def poll(handle: int) -> bool:
+    """True once the operation has finished, successfully or not (synchronize tells which)."""
+    handles.get(handle)
+    return _state(core(), handle) != "running"
+
+
+def wait(handle: int, timeout: Optional[float] = None) -> Pending:
+    """Waits for the operation, releases the handle and returns its :class:`Pending`.
+
+    Args:
+        timeout: seconds; None waits up to BYTEPS_TIMEOUT.
+
+    Raises:
+        ValueError: unknown handle.
+        byteps._core.BytePSError or ValueError: the operation failed, with the core's message
+            (the handle is released); BytePSError also when it did not finish within the
+            timeout, in which case the handle stays valid and synchronize may be called again.
+    """
+    pending = handles.get(handle)
+    c = core()
+    try:
+        c.wait(handle, -1.0 if timeout is None else float(timeout))
+    except (c.BytePSError, ValueError):
+        state = _state(c, handle)
+        if state == "running":
+            raise  # a timeout: the core still owns the buffers, so keep them alive
+        if state == "failed":
+            _release(c, handle)
+            raise
+        # "done": it finished between the timeout and the poll
+    _release(c, handle)
+    return pending
+
+
+def _release(c, handle: int) -> None:
+    c.release(handle)
+    handles.remove(handle)

@@ -1,0 +1,132 @@
+"""byteps for NumPy arrays: ``import byteps.numpy as bps``.
+
+The same names and semantics as ``byteps.torch``, over ``numpy.ndarray``::
+
+    bps.init()
+    g = np.ones(1000, np.float32)
+    mean = bps.push_pull(g, name="grad.0")              # new array: the mean over all workers
+    h = bps.push_pull_async_inplace(g, average=False, name="grad.1")
+    ...
+    bps.synchronize(h)                                  # g now holds the sum
+
+push_pull sums an array elementwise over all ``size()`` workers; ``average=True`` divides by
+``size()`` (floor division for integer dtypes, done in the core).  Arrays must be C-contiguous
+and of a supported dtype (:data:`SUPPORTED_DTYPES`).  Every worker must use the same name for the
+same logical tensor, with the same shape and dtype, and use the names in the same order; unnamed
+calls get a fresh per-process name each (``"byteps.noname.<n>"``), so they must be made in the
+same order on all workers.  See :mod:`byteps._basics` for init/shutdown and the handle rules.
+
+An array passed to an async call must not be modified (in-place: not read or modified) until its
+handle is synchronized; byteps keeps it alive until then.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from . import _basics
+from ._basics import declare, init, local_rank, local_size, rank, shutdown, size, suspend
+
+__all__ = [
+    "init", "shutdown", "suspend", "rank", "size", "local_rank", "local_size", "declare",
+    "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
+    "push_pull_inplace", "poll", "synchronize", "SUPPORTED_DTYPES",
+]
+
+# numpy dtype name -> name of the core's dtype code constant.
+_CODES = {
+    "float32": "FLOAT32", "float64": "FLOAT64", "float16": "FLOAT16", "uint8": "UINT8",
+    "int8": "INT8", "int32": "INT32", "int64": "INT64",
+}
+# bfloat16 is not a NumPy dtype, but extension packages (ml_dtypes) register one.
+_BFLOAT16 = "bfloat16"
+
+SUPPORTED_DTYPES = tuple(_CODES)
+
+
+def __getattr__(name: str):
+    if name == "BytePSError":  # lazily, so that importing this module needs no built core
+        return _basics.error_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _dtype_code(array: np.ndarray) -> int:
+    dt = array.dtype
+    key = dt.name
+    if key == _BFLOAT16 and dt.itemsize == 2 and dt.isnative:
+        return _basics.core().BFLOAT16
+    if key not in _CODES or not dt.isnative:
+        raise TypeError(f"byteps does not support arrays of dtype {dt.str if not dt.isnative else dt.name} "
+                        f"(supported: {', '.join(SUPPORTED_DTYPES)}, in native byte order)")
+    return getattr(_basics.core(), _CODES[key])
+
+
+def _check(array: np.ndarray, inplace: bool) -> int:
+    """Validates ``array`` and returns its dtype code."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"byteps.numpy needs a numpy.ndarray, got {type(array).__name__}")
+    code = _dtype_code(array)
+    if not array.flags.c_contiguous:
+        raise ValueError(f"array of shape {array.shape} is not C-contiguous; pass np.ascontiguousarray(x)")
+    if inplace and not array.flags.writeable:
+        raise ValueError(f"array of shape {array.shape} is read-only; an in-place push_pull writes the "
+                         f"result into it (use push_pull for a new array)")
+    return code
+
+
+def push_pull_async(array: np.ndarray, average: bool = True, name: Optional[str] = None,
+                    priority: int = 0) -> int:
+    """Starts summing ``array`` over all workers into a new array; returns a handle.
+
+    ``array`` is not modified.  :func:`synchronize` returns the result.  A larger ``priority``
+    is sent first.
+    """
+    code = _check(array, inplace=False)
+    out = np.empty(array.shape, dtype=array.dtype)
+    return _basics.start(name, array.ctypes.data, out.ctypes.data, array.nbytes, code, average, priority,
+                         array, out)
+
+
+def push_pull_async_inplace(array: np.ndarray, average: bool = True, name: Optional[str] = None,
+                            priority: int = 0) -> int:
+    """Starts summing ``array`` over all workers in place; returns a handle."""
+    code = _check(array, inplace=True)
+    ptr = array.ctypes.data
+    return _basics.start(name, ptr, ptr, array.nbytes, code, average, priority, array, array)
+
+
+byteps_push_pull = push_pull_async_inplace
+
+
+def push_pull(array: np.ndarray, average: bool = True, name: Optional[str] = None,
+              priority: int = 0) -> np.ndarray:
+    """The sum (or mean) of ``array`` over all workers, as a new array."""
+    return synchronize(push_pull_async(array, average, name, priority))
+
+
+def push_pull_inplace(array: np.ndarray, average: bool = True, name: Optional[str] = None,
+                      priority: int = 0) -> np.ndarray:
+    """Replaces ``array`` by its sum (or mean) over all workers and returns it."""
+    return synchronize(push_pull_async_inplace(array, average, name, priority))
+
+
+def poll(handle: int) -> bool:
+    """True once the operation has finished (successfully or not).  Unknown handle: ValueError."""
+    return _basics.poll(handle)
+
+
+def synchronize(handle: int, timeout: Optional[float] = None) -> np.ndarray:
+    """Waits for ``handle`` and returns its output array (the input array for in-place calls).
+
+    Args:
+        timeout: seconds to wait; None waits up to BYTEPS_TIMEOUT.
+
+    Raises:
+        ValueError: unknown (or already synchronized) handle, or the core's error for an invalid
+            operation (e.g. workers disagreeing on a tensor's size).
+        byteps._core.BytePSError: the operation failed (e.g. a peer died) or timed out; after a
+            timeout the handle remains valid.
+    """
+    return _basics.wait(handle, timeout).output

@@ -1,0 +1,319 @@
+"""Shared fixtures for the Python tests.
+
+* Paths of the repository, the package (``python/``) and the built core; ``python/`` is put on
+  ``sys.path`` here, so ``pytest tests/python`` needs no PYTHONPATH.
+* ``require_core``: skips a test (with the reason) when ``byteps._core`` or ``byteps-core`` was
+  not built.  Tests that run the real core use it (``pytestmark``); test_bpsrun.py does not.
+* ``job_env()``: a hermetic environment for child processes (no inherited BYTEPS_*/DMLC_*/PS_*,
+  PYTHONPATH set, short start/operation timeouts).
+* ``run_job``: runs a worker script through the real launcher (``bpsrun``) and returns
+  ``(returncode, stdout, stderr)``; it also checks that no process of the job outlived it.
+* ``cluster``: starts a scheduler, servers and workers one by one, without bpsrun, for the tests
+  that need per-process environments or must watch every process exit by itself.
+
+Every subprocess runs under a timeout and is killed (its whole process group) at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON_DIR = REPO / "python"
+PACKAGE_DIR = PYTHON_DIR / "byteps"
+CORE_BINARY = PACKAGE_DIR / "_bin" / "byteps-core"
+PYTHON = sys.executable
+
+if str(PYTHON_DIR) not in sys.path:
+    sys.path.insert(0, str(PYTHON_DIR))
+
+# Child processes get these unless a test overrides them: nothing may hang for long.
+DEFAULT_JOB_ENV = {
+    "BYTEPS_START_TIMEOUT": "20",
+    "BYTEPS_TIMEOUT": "20",
+}
+_CONFIG_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
+
+
+def missing_core() -> Optional[str]:
+    """Why the real core cannot be used, or None when it is built."""
+    if not list(PACKAGE_DIR.glob("_core*.so")):
+        return f"byteps._core is not built ({PACKAGE_DIR}/_core*.so missing; run ninja -C build)"
+    if not os.access(CORE_BINARY, os.X_OK):
+        return f"the core binary is not built ({CORE_BINARY} missing; run ninja -C build)"
+    return None
+
+
+@pytest.fixture
+def require_core() -> None:
+    reason = missing_core()
+    if reason:
+        pytest.skip(reason)
+
+
+def clean_config_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without byteps/ps-lite settings inherited from whoever runs the tests."""
+    return {k: v for k, v in env.items() if not k.startswith(_CONFIG_PREFIXES)}
+
+
+def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """A hermetic environment for a byteps child process."""
+    env = clean_config_env(dict(os.environ))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PYTHON_DIR), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(DEFAULT_JOB_ENV)
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_script(directory: Path, text: str, name: str = "worker.py") -> Path:
+    path = directory / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# run_job: through the launcher
+
+
+class JobResult:
+    """Unpacks as ``(returncode, stdout, stderr)``; also has ``output``, ``elapsed``, ``pids`` (every
+    process of the job) and ``leftovers`` (those still alive after bpsrun returned; killed now)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str, elapsed: float, pids: list[int],
+                 leftovers: list[int]):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+        self.elapsed, self.pids, self.leftovers = elapsed, pids, leftovers
+
+    def __iter__(self):
+        return iter((self.returncode, self.stdout, self.stderr))
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def __repr__(self) -> str:  # shown by pytest when an assertion fails
+        return (f"JobResult(rc={self.returncode}, elapsed={self.elapsed:.1f}s, leftovers={self.leftovers})\n"
+                f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}")
+
+
+# Records its PID (kept by exec) so the test can check that no process of the job survives.
+_PID_WRAPPER = '#!/bin/sh\necho $$ > "$BPS_TEST_PID_DIR/$$.pid"\nexec "$@"\n'
+
+
+def _make_wrappers(directory: Path) -> tuple[Path, Path]:
+    (directory / "pids").mkdir(exist_ok=True)
+    record = directory / "record-pid.sh"
+    record.write_text(_PID_WRAPPER)
+    core = directory / "byteps-core"  # BYTEPS_CORE_BINARY: the real binary, PID recorded
+    core.write_text(_PID_WRAPPER.replace('exec "$@"', f'exec "{CORE_BINARY}" "$@"'))
+    for path in (record, core):
+        path.chmod(0o755)
+    return record, core
+
+
+@pytest.fixture
+def run_job(tmp_path: Path, require_core: None):
+    """``run_job(n, s, script_text, env=None, timeout=60, force_distributed=False, args=())``.
+
+    Writes ``script_text`` to tmp_path and runs ``bpsrun -n N -s S --timeout T -- python script
+    ARGS`` as a subprocess with :func:`job_env` plus ``env``.  Returns a :class:`JobResult`.
+    """
+    counter = [0]
+
+    def run(n: int, s: int, script_text: str, env: Optional[dict[str, str]] = None, timeout: float = 60,
+            force_distributed: bool = False, args: tuple[str, ...] = ()) -> JobResult:
+        counter[0] += 1
+        work = tmp_path / f"job{counter[0]}"
+        work.mkdir()
+        script = write_script(work, script_text)
+        record, core = _make_wrappers(work)
+        full_env = job_env({"BYTEPS_CORE_BINARY": str(core), "BPS_TEST_PID_DIR": str(work / "pids"),
+                            **(env or {})})
+        argv = [PYTHON, "-m", "byteps.launcher.bpsrun", "-n", str(n), "-s", str(s), "--timeout", str(timeout),
+                "--grace", "2"]
+        if force_distributed:
+            argv.append("--force-distributed")
+        argv += ["--", str(record), PYTHON, str(script), *args]
+        start = time.monotonic()
+        proc = subprocess.Popen(argv, env=full_env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+        hung = False
+        try:
+            out, err = proc.communicate(timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            hung = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        elapsed = time.monotonic() - start
+        pids = [int(p.stem) for p in (work / "pids").glob("*.pid")]
+        leftovers = [pid for pid in pids if pid_alive(pid)]
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        if hung:
+            pytest.fail(f"bpsrun itself did not stop within {timeout + 30}s\n{out}\n{err}")
+        return JobResult(proc.returncode, out, err, elapsed, pids, leftovers)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# cluster: process by process
+
+
+@dataclass
+class Proc:
+    label: str
+    popen: subprocess.Popen
+    log: Path
+    started: float
+    returncode: Optional[int] = None  # None: did not exit by the deadline (then killed)
+    elapsed: Optional[float] = None
+    transcript: str = ""  # stdout lines read so far (piped processes only)
+
+    @property
+    def output(self) -> str:
+        return self.transcript + self.log.read_text(errors="replace")
+
+    def expect(self, text: str, timeout: float) -> str:
+        """Reads stdout (piped processes) until a line contains ``text``; fails at the deadline."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.popen.stdout], [], [], left)[0]:
+                pytest.fail(f"{self.label}: no line with {text!r} within {timeout}s\n{self.output}")
+            line = self.popen.stdout.readline()
+            if not line:
+                pytest.fail(f"{self.label}: exited before printing {text!r}\n{self.output}")
+            self.transcript += line
+            if text in line:
+                return line
+
+    def tell(self, line: str) -> None:
+        """Writes a line to the stdin of a piped process."""
+        self.popen.stdin.write(line + "\n")
+        self.popen.stdin.flush()
+
+    def __repr__(self) -> str:
+        return f"<{self.label} rc={self.returncode} after {self.elapsed}s>\n{self.output}"
+
+
+class Cluster:
+    """Starts byteps processes one by one (each in its own session, output to a log file)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.port = free_port()
+        self.procs: dict[str, Proc] = {}
+
+    def env(self, num_workers: int, num_servers: int, extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+        """The job environment for a scheduler on 127.0.0.1:self.port."""
+        return job_env({"DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(self.port),
+                        "DMLC_NUM_WORKER": str(num_workers), "DMLC_NUM_SERVER": str(num_servers),
+                        "DMLC_NODE_HOST": "127.0.0.1", **(extra or {})})
+
+    def start(self, label: str, argv: list[str], env: dict[str, str], piped: bool = False) -> Proc:
+        """Starts a process; its output goes to a log file, except stdout when ``piped`` (then
+        stdin and stdout are pipes for :meth:`Proc.expect` / :meth:`Proc.tell`)."""
+        log = self.dir / f"{label.replace(':', '-')}.log"
+        with open(log, "wb") as sink:
+            popen = subprocess.Popen(argv, env=env, cwd=self.dir, start_new_session=True, text=piped,
+                                     stdin=subprocess.PIPE if piped else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE if piped else sink,
+                                     stderr=sink if piped else subprocess.STDOUT)
+        proc = Proc(label, popen, log, time.monotonic())
+        self.procs[label] = proc
+        return proc
+
+    def scheduler(self, env: dict[str, str]) -> Proc:
+        return self.start("scheduler", [str(CORE_BINARY), "scheduler"], {**env, "DMLC_ROLE": "scheduler"})
+
+    def server(self, i: int, env: dict[str, str]) -> Proc:
+        return self.start(f"server:{i}", [str(CORE_BINARY), "server"], {**env, "DMLC_ROLE": "server"})
+
+    def worker(self, label: str, script: Path, env: dict[str, str], args: tuple[str, ...] = (),
+               piped: bool = False) -> Proc:
+        return self.start(label, [PYTHON, str(script), *args], {**env, "DMLC_ROLE": "worker"}, piped)
+
+    def job(self, num_workers: int, num_servers: int, script_text: str, extra: Optional[dict[str, str]] = None,
+            worker_env: Optional[dict[int, dict[str, str]]] = None, server_env: Optional[dict[int, dict]] = None,
+            ) -> dict[str, Proc]:
+        """Starts a scheduler, the servers and the workers (worker i gets DMLC_WORKER_ID=i)."""
+        env = self.env(num_workers, num_servers, extra)
+        script = write_script(self.dir, script_text)
+        self.scheduler(env)
+        for i in range(num_servers):
+            self.server(i, {**env, **(server_env or {}).get(i, {})})
+        for i in range(num_workers):
+            self.worker(f"worker:{i}", script, {**env, "DMLC_WORKER_ID": str(i), **(worker_env or {}).get(i, {})})
+        return self.procs
+
+    def wait(self, timeout: float, labels: Optional[list[str]] = None) -> dict[str, Proc]:
+        """Waits until every process (or those in ``labels``) exited or ``timeout`` passed; those
+        still running then are killed and marked (:meth:`leftovers`).  Others keep running."""
+        deadline = time.monotonic() + timeout
+        chosen = [p for p in self.procs.values() if labels is None or p.label in labels]
+        for proc in chosen:
+            if proc.elapsed is not None:
+                continue  # waited for before
+            try:
+                proc.returncode = proc.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+                proc.elapsed = round(time.monotonic() - proc.started, 2)
+            except subprocess.TimeoutExpired:
+                proc.elapsed = float("inf")
+        self.kill(chosen)
+        return self.procs
+
+    def leftovers(self) -> list[str]:
+        """Labels of the processes that had to be killed because they did not exit in time."""
+        return [p.label for p in self.procs.values() if p.returncode is None and p.elapsed is not None]
+
+    def kill(self, procs: list[Proc]) -> None:
+        for proc in procs:
+            if proc.popen.poll() is None:
+                os.killpg(proc.popen.pid, signal.SIGKILL)  # our own session; the leader is unreaped
+            proc.popen.wait()
+            for pipe in (proc.popen.stdin, proc.popen.stdout):
+                if pipe:
+                    pipe.close()
+
+    def kill_all(self) -> None:
+        self.kill(list(self.procs.values()))
+
+    def dump(self) -> str:
+        return "\n".join(repr(p) for p in self.procs.values())
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, require_core: None):
+    c = Cluster(tmp_path)
+    yield c
+    c.kill_all()

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include <nlohmann/json.hpp>
 
 namespace byteps::protocol {
@@ -32,6 +34,12 @@ Status GetInt(const json& j, const char* field, T* out, const char* what) {
   auto it = j.find(field);
   if (it == j.end() || !it->is_number_integer()) {
     return ProtocolError(fmt::format("{}: field '{}' missing or not an integer", what, field));
+  }
+  // get<T>() would silently wrap (e.g. "bytes": -1 -> 2^64-1), so check the range first.
+  const bool fits = it->is_number_unsigned() ? std::in_range<T>(it->get<uint64_t>())
+                                             : std::in_range<T>(it->get<int64_t>());
+  if (!fits) {
+    return ProtocolError(fmt::format("{}: field '{}' is out of range: {}", what, field, it->dump()));
   }
   *out = it->get<T>();
   return Status::Ok();

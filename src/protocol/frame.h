@@ -47,7 +47,7 @@ struct Header {
   uint64_t key = 0;         // partition key
   uint64_t request_id = 0;  // echoed in replies
   uint64_t payload_len = 0;
-  uint64_t arg = 0;         // opcode-specific (e.g. kTerminate exit status)
+  uint32_t arg = 0;         // opcode-specific (e.g. kTerminate exit status); 4 bytes on the wire
 };
 
 // Writes exactly kHeaderSize bytes into out.

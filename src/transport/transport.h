@@ -37,7 +37,8 @@ using SendCallback = std::function<void(const Status&)>;
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   virtual ~Connection() = default;
-  // Queues header + payload. payload iovecs must stay valid until on_done (may be empty).
+  // Queues header + payload. payload iovecs must stay valid until on_done (may be empty);
+  // header.payload_len must equal their total length (Internal error otherwise).
   // Returns an error (and does not call on_done) if the connection is already closed.
   virtual Status Send(const protocol::Header& header, const std::vector<iovec>& payload,
                       SendCallback on_done) = 0;

@@ -18,11 +18,13 @@ void DivFloat(void* data, size_t n, int d) {
 template <typename T>
 void DivInt(void* data, size_t n, int d) {
   T* p = static_cast<T*>(data);
-  const T dd = static_cast<T>(d);
+  // Divide in 64 bits: the divisor need not fit T (256 workers averaging uint8 would divide by 0).
+  const int64_t dd = d;
   for (size_t i = 0; i < n; ++i) {
-    T q = static_cast<T>(p[i] / dd);
-    if ((p[i] % dd != 0) && ((p[i] < 0) != (dd < 0))) --q;  // floor, not truncate
-    p[i] = q;
+    const int64_t x = static_cast<int64_t>(p[i]);
+    int64_t q = x / dd;
+    if ((x % dd != 0) && ((x < 0) != (dd < 0))) --q;  // floor, not truncate
+    p[i] = static_cast<T>(q);
   }
 }
 

@@ -50,6 +50,12 @@ void TcpConnection::set_peer_name(std::string name) {
 
 Status TcpConnection::Send(const protocol::Header& header, const std::vector<iovec>& payload,
                            SendCallback on_done) {
+  size_t total = 0;
+  for (const iovec& v : payload) total += v.iov_len;
+  if (total != header.payload_len) {
+    return Internal(fmt::format("{} to {}: header says {} payload bytes but {} were given",
+                                protocol::DescribeHeader(header), peer_name(), header.payload_len, total));
+  }
   std::vector<SendCallback> done;
   Status err;
   {

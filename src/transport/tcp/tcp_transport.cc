@@ -31,9 +31,16 @@ class TcpTransport : public Transport {
     int bound = 0;
     BYTEPS_ASSIGN_OR_RETURN(int fd, ListenSocket(host, port, &bound));
     std::lock_guard<std::mutex> lock(mu_);
-    listen_fds_.push_back(fd);
+    if (shutdown_) {  // the loops are stopped: nothing would ever accept on this socket
+      ::close(fd);
+      return Aborted("transport is shutting down");
+    }
     EventLoop* loop = loops_[0].get();
-    loop->Add(fd, EPOLLIN, [this, fd, handler](uint32_t) { AcceptAll(fd, handler); });
+    if (!loop->Add(fd, EPOLLIN, [this, fd, handler](uint32_t) { AcceptAll(fd, handler); })) {
+      ::close(fd);
+      return Internal(fmt::format("cannot register the listener on {}:{} with the event loop", host, bound));
+    }
+    listen_fds_.push_back(fd);
     return bound;
   }
 
@@ -54,7 +61,8 @@ class TcpTransport : public Transport {
       // the transport's own condition so Shutdown() can interrupt it.
       std::unique_lock<std::mutex> lock(mu_);
       if (shutdown_) return Aborted("transport is shutting down");
-      cv_.wait_for(lock, backoff);
+      // Never sleep past the deadline: the caller's timeout is a promise.
+      cv_.wait_for(lock, std::min<std::chrono::duration<double>>(backoff, std::chrono::duration<double>(left)));
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
     }
     return DeadlineExceeded(fmt::format("could not connect to {}:{} within {:.1f} s (last error: {})",
@@ -74,15 +82,19 @@ class TcpTransport : public Transport {
       fds.swap(listen_fds_);
     }
     cv_.notify_all();
-    for (int fd : fds) {
-      loops_[0]->Remove(fd);
-      ::close(fd);
-    }
+    // On the loop thread, so no AcceptAll is running on a listener while it closes.
+    loops_[0]->RunSync([&] {
+      for (int fd : fds) {
+        loops_[0]->Remove(fd);
+        ::close(fd);
+      }
+    });
     for (auto& c : conns) c->Close(Aborted("transport shut down"));
     for (auto& l : loops_) l->Stop();
   }
 
  private:
+  // Takes ownership of fd: on every path it ends up owned by a connection (which closes it).
   StatusOr<std::shared_ptr<Connection>> Adopt(int fd, Handler* handler) {
     TuneSocket(fd, options_.socket_buffer_bytes);
     EventLoop* loop = loops_[next_loop_.fetch_add(1) % loops_.size()].get();
@@ -103,8 +115,7 @@ class TcpTransport : public Transport {
     for (;;) {
       int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or an error the next readiness event will show again
-      auto c = Adopt(fd, handler);
-      if (!c.ok()) ::close(fd);
+      (void)Adopt(fd, handler);  // on failure the connection object already closed fd
     }
   }
 

@@ -1,0 +1,318 @@
+// The wire header codec (frame.h) and the JSON control payloads (control.h): exact byte layout,
+// round trips at the extremes, every rejection path with a message naming the field, and random
+// bytes that must never crash the decoder.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "protocol/control.h"
+#include "protocol/frame.h"
+
+namespace byteps::protocol {
+namespace {
+
+constexpr uint64_t kNoLimit = std::numeric_limits<uint64_t>::max();
+constexpr Opcode kAllOpcodes[] = {
+    Opcode::kRegister, Opcode::kRegisterReply, Opcode::kBarrier,  Opcode::kBarrierRelease,
+    Opcode::kHeartbeat, Opcode::kNodeFailed,   Opcode::kFinish,   Opcode::kTerminate,
+    Opcode::kJobError,  Opcode::kHello,        Opcode::kInitKey,  Opcode::kPushPull,
+    Opcode::kPushPullReply, Opcode::kError};
+// Bytes EncodeHeader always writes as zero and DecodeHeader ignores (frame.cc: kOffReserved, kOffPad).
+constexpr size_t kIgnoredBytes[] = {7, 18, 19};
+
+std::vector<uint8_t> Encode(const Header& h) {
+  std::vector<uint8_t> b(kHeaderSize);
+  EncodeHeader(h, b.data());
+  return b;
+}
+
+void ExpectSameHeader(const Header& a, const Header& b) {
+  EXPECT_EQ(a.opcode, b.opcode);
+  EXPECT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(a.flags, b.flags);
+  EXPECT_EQ(a.sender, b.sender);
+  EXPECT_EQ(a.round, b.round);
+  EXPECT_EQ(a.key, b.key);
+  EXPECT_EQ(a.request_id, b.request_id);
+  EXPECT_EQ(a.payload_len, b.payload_len);
+  EXPECT_EQ(a.arg, b.arg);
+}
+
+void ExpectProtocolError(const Status& st, const std::string& needle) {
+  EXPECT_EQ(st.code(), StatusCode::kProtocol) << st.ToString();
+  EXPECT_NE(st.message().find(needle), std::string::npos) << "'" << st.message() << "' lacks '" << needle << "'";
+}
+
+TEST(FrameTest, HeaderSizeIsFixed) {
+  static_assert(kHeaderSize == 48);
+  static_assert(kMagic == 0x31535042);
+  EXPECT_EQ(Encode(Header{}).size(), 48u);
+}
+
+TEST(FrameTest, RoundTripsEveryFieldAtZeroAndMax) {
+  for (Opcode op : kAllOpcodes) {
+    Header zero;
+    zero.opcode = op;
+    auto d = DecodeHeader(Encode(zero).data(), kHeaderSize, 0);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ExpectSameHeader(d.value(), zero);
+
+    Header max;
+    max.opcode = op;
+    max.dtype = std::numeric_limits<decltype(max.dtype)>::max();
+    max.flags = std::numeric_limits<decltype(max.flags)>::max();
+    max.sender = std::numeric_limits<decltype(max.sender)>::max();
+    max.round = std::numeric_limits<decltype(max.round)>::max();
+    max.key = std::numeric_limits<decltype(max.key)>::max();
+    max.request_id = std::numeric_limits<decltype(max.request_id)>::max();
+    max.payload_len = std::numeric_limits<decltype(max.payload_len)>::max();
+    max.arg = std::numeric_limits<decltype(max.arg)>::max();
+    d = DecodeHeader(Encode(max).data(), kHeaderSize, kNoLimit);
+    ASSERT_TRUE(d.ok()) << d.status().ToString();
+    ExpectSameHeader(d.value(), max);
+  }
+}
+
+TEST(FrameTest, LittleEndianLayoutMatchesHandWrittenBytes) {
+  Header h;
+  h.opcode = Opcode::kPushPull;
+  h.dtype = 7;
+  h.flags = 0x0102;
+  h.sender = 0x03040506;
+  h.round = 0x0708090a;
+  h.key = 0x1112131415161718;
+  h.request_id = 0x2122232425262728;
+  h.payload_len = 0x3132333435363738;
+  h.arg = 0x41424344;
+  const std::vector<uint8_t> expected = {
+      'B',  'P',  'S',  '1',                           // magic
+      0x01,                                            // version
+      18,                                              // opcode kPushPull
+      0x07,                                            // dtype
+      0x00,                                            // reserved
+      0x02, 0x01,                                      // flags
+      0x06, 0x05, 0x04, 0x03,                          // sender
+      0x0a, 0x09, 0x08, 0x07,                          // round
+      0x00, 0x00,                                      // pad
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // key
+      0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,  // request_id
+      0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31,  // payload_len
+      0x44, 0x43, 0x42, 0x41};                         // arg
+  ASSERT_EQ(expected.size(), kHeaderSize);
+  EXPECT_EQ(Encode(h), expected);
+  auto d = DecodeHeader(expected.data(), expected.size(), kNoLimit);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ExpectSameHeader(d.value(), h);
+}
+
+TEST(FrameTest, TruncatedHeaderIsAnErrorAtEveryLength) {
+  const auto bytes = Encode(Header{});
+  for (size_t len = 0; len < kHeaderSize; ++len) {
+    auto d = DecodeHeader(bytes.data(), len, kNoLimit);
+    ASSERT_FALSE(d.ok()) << "length " << len;
+    ExpectProtocolError(d.status(), "truncated header: " + std::to_string(len) + " of 48");
+  }
+  EXPECT_TRUE(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).ok());
+  EXPECT_TRUE(DecodeHeader(bytes.data(), kHeaderSize, 0).ok());  // payload 0 <= limit 0
+}
+
+TEST(FrameTest, RejectionsNameTheField) {
+  auto bytes = Encode(Header{});
+  bytes[0] = 'X';
+  ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(), "bad magic 0x31535058");
+
+  bytes = Encode(Header{});
+  bytes[4] = 7;
+  ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
+                      "unsupported wire version 7 (this build speaks 1)");
+
+  for (int op : {0, 10, 15, 21, 200, 255}) {
+    bytes = Encode(Header{});
+    bytes[5] = static_cast<uint8_t>(op);
+    ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
+                        "unknown opcode " + std::to_string(op));
+  }
+
+  Header big;
+  big.opcode = Opcode::kPushPull;
+  big.payload_len = 5000000000ull;
+  bytes = Encode(big);
+  auto d = DecodeHeader(bytes.data(), kHeaderSize, 1ull << 30);
+  ExpectProtocolError(d.status(), "payload of 5000000000 bytes exceeds the limit of 1073741824");
+  ExpectProtocolError(d.status(), "PushPull");
+  EXPECT_TRUE(DecodeHeader(bytes.data(), kHeaderSize, 5000000000ull).ok());  // limit is inclusive
+}
+
+TEST(FrameTest, KnownOpcodesAndNames) {
+  const std::string names[] = {"Register", "RegisterReply", "Barrier",  "BarrierRelease", "Heartbeat",
+                               "NodeFailed", "Finish",      "Terminate", "JobError",      "Hello",
+                               "InitKey",  "PushPull",      "PushPullReply", "Error"};
+  for (size_t i = 0; i < std::size(kAllOpcodes); ++i) {
+    EXPECT_EQ(OpcodeName(kAllOpcodes[i]), names[i]);
+    EXPECT_TRUE(IsKnownOpcode(static_cast<uint8_t>(kAllOpcodes[i])));
+  }
+  int known = 0;
+  for (int op = 0; op < 256; ++op) known += IsKnownOpcode(static_cast<uint8_t>(op)) ? 1 : 0;
+  EXPECT_EQ(known, static_cast<int>(std::size(kAllOpcodes)));
+  EXPECT_STREQ(OpcodeName(static_cast<Opcode>(99)), "Unknown");
+
+  Header h;
+  h.opcode = Opcode::kInitKey;
+  h.key = 65537;
+  h.round = 3;
+  EXPECT_EQ(DescribeHeader(h), "InitKey(key=65537, round=3, req=0, sender=0, len=0)");
+}
+
+// Random bytes never crash the decoder; whatever it accepts re-encodes to the same bytes except
+// the reserved/pad bytes. Half the buffers get a valid magic + version so the later checks run too.
+TEST(FrameTest, RandomBuffersDecodeSafely) {
+  std::mt19937_64 rng(20240601);
+  int accepted = 0;
+  for (int iter = 0; iter < 10000; ++iter) {
+    std::vector<uint8_t> b(kHeaderSize);
+    for (auto& x : b) x = static_cast<uint8_t>(rng());
+    if (iter % 2 == 0) {
+      std::memcpy(b.data(), "BPS1", 4);
+      b[4] = kWireVersion;
+      if (iter % 4 == 0) b[5] = static_cast<uint8_t>(kAllOpcodes[rng() % std::size(kAllOpcodes)]);
+    }
+    const uint64_t limit = (iter % 3 == 0) ? kNoLimit : rng();
+    auto d = DecodeHeader(b.data(), b.size(), limit);
+    if (!d.ok()) {
+      EXPECT_EQ(d.status().code(), StatusCode::kProtocol);
+      continue;
+    }
+    ++accepted;
+    EXPECT_LE(d->payload_len, limit);
+    auto re = Encode(d.value());
+    for (size_t i : kIgnoredBytes) re[i] = b[i];
+    ASSERT_EQ(re, b) << "iteration " << iter;
+  }
+  EXPECT_GT(accepted, 1000);  // the accepting path was exercised
+}
+
+// ---- control payloads ------------------------------------------------------------------------
+
+TEST(ControlTest, RegisterRequestRoundTrip) {
+  RegisterRequest m{"server", 3, "10.0.0.7", 4242, 77, 8, 2, "abc"};
+  auto d = DecodeRegisterRequest(Encode(m));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->role, "server");
+  EXPECT_EQ(d->requested_rank, 3);
+  EXPECT_EQ(d->host, "10.0.0.7");
+  EXPECT_EQ(d->port, 4242);
+  EXPECT_EQ(d->pid, 77);
+  EXPECT_EQ(d->num_workers, 8);
+  EXPECT_EQ(d->num_servers, 2);
+  EXPECT_EQ(d->job_secret_hash, "abc");
+
+  RegisterRequest ext{"worker", -1, "", 0, std::numeric_limits<int>::max(), std::numeric_limits<int>::min(), 0,
+                      "quote\" backslash\\ unicode \xc3\xa9"};
+  d = DecodeRegisterRequest(Encode(ext));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->requested_rank, -1);
+  EXPECT_EQ(d->pid, std::numeric_limits<int>::max());
+  EXPECT_EQ(d->num_workers, std::numeric_limits<int>::min());
+  EXPECT_EQ(d->job_secret_hash, ext.job_secret_hash);
+}
+
+TEST(ControlTest, RegisterReplyRoundTripWithNodes) {
+  RegisterReply m;
+  m.rank = 1;
+  m.nodes = {{"worker", 0, "127.0.0.1", 0, 11}, {"worker", 1, "127.0.0.2", 0, 12},
+             {"server", 0, "h0", 9000, 13}};
+  auto d = DecodeRegisterReply(Encode(m));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->error, "");
+  EXPECT_EQ(d->rank, 1);
+  EXPECT_EQ(d->nodes, m.nodes);
+
+  RegisterReply refused{"job is full", -1, {}};
+  d = DecodeRegisterReply(Encode(refused));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->error, "job is full");
+  EXPECT_TRUE(d->nodes.empty());
+  EXPECT_EQ(Describe(m.nodes[2]), "server 0 (h0:9000, pid 13)");
+}
+
+TEST(ControlTest, NodeFailedAndKeyInitRoundTrip) {
+  NodeFailedNotice n{{"server", 2, "10.1.1.1", 7000, 99}, "no heartbeat for 15 s"};
+  auto dn = DecodeNodeFailedNotice(Encode(n));
+  ASSERT_TRUE(dn.ok()) << dn.status().ToString();
+  EXPECT_EQ(dn->node, n.node);
+  EXPECT_EQ(dn->reason, n.reason);
+
+  KeyInit k{"layer1.weight", std::numeric_limits<uint64_t>::max(), 7, 1ull << 40};
+  auto dk = DecodeKeyInit(Encode(k));
+  ASSERT_TRUE(dk.ok()) << dk.status().ToString();
+  EXPECT_EQ(dk->name, k.name);
+  EXPECT_EQ(dk->bytes, k.bytes);
+  EXPECT_EQ(dk->dtype, 7);
+  EXPECT_EQ(dk->tensor_bytes, k.tensor_bytes);
+}
+
+TEST(ControlTest, GarbageAndNonObjectsAreErrors) {
+  std::string deep = "{\"name\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const std::string bad[] = {"",      "{",      "not json", "[1,2,3]", "42",         "null",
+                             "\"s\"", "true",   "{\"a\":}", "{}{}",    "\xff\xfe{}", deep,
+                             std::string("{\"name\":\"a\0b\"}", sizeof("{\"name\":\"a\0b\"}") - 1)};
+  for (const std::string& p : bad) {
+    EXPECT_NO_THROW({
+      EXPECT_FALSE(DecodeRegisterRequest(p).ok()) << p.substr(0, 40);
+      EXPECT_FALSE(DecodeRegisterReply(p).ok()) << p.substr(0, 40);
+      EXPECT_FALSE(DecodeNodeFailedNotice(p).ok()) << p.substr(0, 40);
+      EXPECT_FALSE(DecodeKeyInit(p).ok()) << p.substr(0, 40);
+    });
+  }
+  ExpectProtocolError(DecodeKeyInit("[1]").status(), "InitKey payload is not a JSON object");
+}
+
+TEST(ControlTest, MissingOrMistypedFieldsAreNamed) {
+  const std::string good = R"({"name":"t","bytes":4,"dtype":0,"tensor_bytes":8})";
+  ASSERT_TRUE(DecodeKeyInit(good).ok());
+  ExpectProtocolError(DecodeKeyInit(R"({"bytes":4,"dtype":0,"tensor_bytes":8})").status(), "'name'");
+  ExpectProtocolError(DecodeKeyInit(R"({"name":5,"bytes":4,"dtype":0,"tensor_bytes":8})").status(), "'name'");
+  ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":"4","dtype":0,"tensor_bytes":8})").status(), "'bytes'");
+  ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":4.5,"dtype":0,"tensor_bytes":8})").status(), "'bytes'");
+  ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":4,"dtype":null,"tensor_bytes":8})").status(), "'dtype'");
+  ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":4,"dtype":0})").status(), "'tensor_bytes'");
+  // Integers that do not fit the field are rejected, not wrapped.
+  ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":-1,"dtype":0,"tensor_bytes":8})").status(), "'bytes'");
+  ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":4,"dtype":4294967296,"tensor_bytes":8})").status(),
+                      "'dtype'");
+
+  RegisterRequest req{"worker", 0, "h", 1, 2, 3, 4, ""};
+  std::string enc = Encode(req);
+  for (const char* field : {"role", "requested_rank", "host", "port", "pid", "num_workers", "num_servers",
+                            "job_secret_hash"}) {
+    std::string key = std::string("\"") + field + "\":";
+    std::string renamed = enc;
+    renamed.replace(renamed.find(key), key.size(), "\"zz_" + std::string(field) + "\":");
+    ExpectProtocolError(DecodeRegisterRequest(renamed).status(), std::string("'") + field + "'");
+  }
+  ExpectProtocolError(DecodeRegisterRequest(R"({"role":"worker","requested_rank":0,"host":"h","port":99999999999,)"
+                                            R"("pid":2,"num_workers":3,"num_servers":4,"job_secret_hash":""})")
+                          .status(),
+                      "'port'");
+
+  ExpectProtocolError(DecodeRegisterReply(R"({"error":"","rank":0})").status(), "'nodes'");
+  ExpectProtocolError(DecodeRegisterReply(R"({"error":"","rank":0,"nodes":{}})").status(), "'nodes'");
+  ExpectProtocolError(DecodeRegisterReply(R"({"error":"","rank":0,"nodes":[1]})").status(), "node entry");
+  ExpectProtocolError(
+      DecodeRegisterReply(R"({"error":"","rank":0,"nodes":[{"role":"worker","rank":0,"host":"h","pid":1}]})")
+          .status(),
+      "'port'");
+  ExpectProtocolError(DecodeNodeFailedNotice(R"({"reason":"x"})").status(), "'node'");
+  ExpectProtocolError(DecodeNodeFailedNotice(R"({"node":"x","reason":"x"})").status(), "node entry");
+  ExpectProtocolError(
+      DecodeNodeFailedNotice(R"({"node":{"role":"s","rank":0,"host":"h","port":1,"pid":1},"reason":3})").status(),
+      "'reason'");
+}
+
+}  // namespace
+}  // namespace byteps::protocol

@@ -1,0 +1,442 @@
+// The TCP transport on loopback, parameterised over io_threads: payload sizes from 0 to 64 MiB
+// (zero-copy into the handler's buffer), ordering, scatter-gather, completion callbacks, closing,
+// timeouts and hostile peers. Every wait has a deadline so a bug fails the test instead of hanging.
+#include "transport/transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace byteps::transport {
+namespace {
+
+using protocol::Header;
+using protocol::Opcode;
+using Clock = std::chrono::steady_clock;
+constexpr auto kWait = std::chrono::seconds(5);
+
+struct Received {
+  Header header;
+  RecvBuffer buffer;
+};
+
+// Records frames, closes and send completions; optional hooks choose buffers / react to frames.
+// Every wait is bounded.
+class Recorder : public Handler {
+ public:
+  using HeaderFn = std::function<StatusOr<RecvBuffer>(const Header&)>;
+  using FrameFn = std::function<void(Connection&, const Header&, const RecvBuffer&)>;
+
+  void SetOnHeader(HeaderFn fn) { Locked([&] { on_header_ = std::move(fn); }); }
+  void SetOnFrame(FrameFn fn) { Locked([&] { on_frame_ = std::move(fn); }); }
+  StatusOr<RecvBuffer> OnHeader(Connection&, const Header& h) override {
+    HeaderFn fn = Locked([&] { return on_header_; });
+    return fn ? fn(h) : StatusOr<RecvBuffer>(RecvBuffer{});
+  }
+  void OnFrame(Connection& conn, const Header& h, RecvBuffer b) override {
+    FrameFn fn = Locked([&] { frames_.push_back({h, b}); cv_.notify_all(); return on_frame_; });
+    if (fn) fn(conn, h, b);
+  }
+  void OnClose(Connection&, const Status& reason) override {
+    Locked([&] { closes_.push_back(reason); cv_.notify_all(); });
+  }
+  // An on_done callback recording (id, status).
+  SendCallback Done(uint64_t id) {
+    return [this, id](const Status& st) { Locked([&] { done_.emplace_back(id, st); cv_.notify_all(); }); };
+  }
+  bool WaitFrames(size_t n, std::chrono::seconds t = kWait) { return Wait(t, [&] { return frames_.size() >= n; }); }
+  bool WaitCloses(size_t n) { return Wait(kWait, [&] { return closes_.size() >= n; }); }
+  bool WaitDone(size_t n) { return Wait(kWait, [&] { return done_.size() >= n; }); }
+  std::vector<Received> frames() { return Locked([&] { return frames_; }); }
+  std::vector<Status> closes() { return Locked([&] { return closes_; }); }
+  std::vector<std::pair<uint64_t, Status>> done() { return Locked([&] { return done_; }); }
+
+ private:
+  template <typename F>
+  auto Locked(F f) -> decltype(f()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f();
+  }
+  template <typename P>
+  bool Wait(std::chrono::seconds t, P pred) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, t, pred);
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  HeaderFn on_header_;
+  FrameFn on_frame_;
+  std::vector<Received> frames_;
+  std::vector<Status> closes_;
+  std::vector<std::pair<uint64_t, Status>> done_;
+};
+
+// Every id in `ids` completed exactly once, with `code`, and nothing else completed.
+void ExpectCompletedOnce(Recorder& r, std::vector<uint64_t> ids, StatusCode code) {
+  ASSERT_TRUE(r.WaitDone(ids.size())) << "only " << r.done().size() << " of " << ids.size();
+  std::vector<uint64_t> got;
+  for (const auto& [id, st] : r.done()) {
+    got.push_back(id);
+    EXPECT_EQ(st.code(), code) << "send " << id << ": " << st.ToString();
+  }
+  std::sort(got.begin(), got.end());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(got, ids);
+}
+
+void ExpectError(const Status& st, StatusCode code, const std::string& needle) {
+  EXPECT_EQ(st.code(), code) << st.ToString();
+  EXPECT_NE(st.message().find(needle), std::string::npos) << "'" << st.message() << "' lacks '" << needle << "'";
+}
+
+Header Hdr(uint64_t key, size_t len, Opcode op = Opcode::kPushPull) {
+  return Header{.opcode = op, .sender = 3, .round = 1, .key = key, .request_id = key, .payload_len = len};
+}
+
+std::vector<uint8_t> Pattern(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 131 + (i >> 13) + seed * 7);
+  return v;
+}
+
+bool SameBytes(const RecvBuffer& b, const std::vector<uint8_t>& want) {
+  return b.size == want.size() && (want.empty() || std::memcmp(b.data, want.data(), want.size()) == 0);
+}
+
+// A raw loopback socket: connected to a port, or bound (optionally listening) on a fresh one.
+struct RawSocket {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = 0;
+  sockaddr_in addr{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}};
+  ~RawSocket() { ::close(fd); }
+  bool Connect(int p) {
+    addr.sin_port = htons(static_cast<uint16_t>(p));
+    return ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  bool Bind(bool listen) {
+    socklen_t len = sizeof(addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || (listen && ::listen(fd, 4) != 0)) {
+      return false;
+    }
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+    return true;
+  }
+  // True once the peer has closed (EOF or reset) within the deadline.
+  bool WaitPeerClosed() {
+    char buf[256];
+    for (auto deadline = Clock::now() + kWait; Clock::now() < deadline;) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) > 0 && ::recv(fd, buf, sizeof(buf), 0) <= 0) return true;
+    }
+    return false;
+  }
+};
+
+class TransportTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    opts_.io_threads = GetParam();
+    server_ = CreateTcpTransport(opts_);
+    client_ = CreateTcpTransport(opts_);
+    auto port = server_->Listen("127.0.0.1", 0, &server_handler_);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    port_ = port.value();
+    auto conn = client_->Connect("127.0.0.1", port_, &client_handler_, 5.0);
+    ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+    conn_ = conn.value();
+  }
+  void TearDown() override {
+    client_->Shutdown();
+    server_->Shutdown();
+  }
+
+  // Handlers outlive the transports (members are destroyed in reverse order). side_handler_ serves
+  // the extra connections some tests open on client_; sent_ only collects on_done calls.
+  Recorder server_handler_, client_handler_, side_handler_, sent_;
+  TransportOptions opts_;
+  std::unique_ptr<Transport> server_, client_;
+  int port_ = 0;
+  std::shared_ptr<Connection> conn_;
+};
+
+TEST_P(TransportTest, ZeroBytePayload) {
+  Header h = Hdr(42, 0, Opcode::kHeartbeat);
+  h.flags = 0xbeef;
+  h.arg = 0xffffffffu;
+  ASSERT_TRUE(conn_->Send(h, {}, sent_.Done(0)).ok());
+  ASSERT_TRUE(server_handler_.WaitFrames(1));
+  auto f = server_handler_.frames();
+  EXPECT_EQ(f[0].header.opcode, Opcode::kHeartbeat);
+  EXPECT_EQ(f[0].header.key, 42u);
+  EXPECT_EQ(f[0].header.flags, 0xbeef);
+  EXPECT_EQ(f[0].header.arg, 0xffffffffu);
+  EXPECT_EQ(f[0].header.payload_len, 0u);
+  EXPECT_EQ(f[0].buffer.size, 0u);
+  ExpectCompletedOnce(sent_, {0}, StatusCode::kOk);
+}
+
+TEST_P(TransportTest, OddSizesIntoTransportOwnedBuffers) {
+  const size_t sizes[] = {1, 3, 4097, (1u << 20) + 7};
+  std::vector<std::vector<uint8_t>> data;
+  for (size_t i = 0; i < std::size(sizes); ++i) data.push_back(Pattern(sizes[i], i));
+  for (size_t i = 0; i < data.size(); ++i) {
+    ASSERT_TRUE(conn_->Send(Hdr(i, sizes[i]), {{data[i].data(), sizes[i]}}, sent_.Done(i)).ok());
+  }
+  ASSERT_TRUE(server_handler_.WaitFrames(data.size()));
+  auto f = server_handler_.frames();
+  for (size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ(f[i].header.key, i);
+    EXPECT_NE(f[i].buffer.owner, nullptr);  // the transport's allocation stays alive with the frame
+    EXPECT_TRUE(SameBytes(f[i].buffer, data[i])) << "size " << sizes[i];
+  }
+  ExpectCompletedOnce(sent_, {0, 1, 2, 3}, StatusCode::kOk);
+}
+
+TEST_P(TransportTest, LargePayloadLandsInHandlerBuffer) {
+  constexpr size_t kBig = 64u << 20;
+  std::vector<uint8_t> src = Pattern(kBig, 9), dst(kBig);
+  server_handler_.SetOnHeader([&dst](const Header& h) -> StatusOr<RecvBuffer> {
+    if (h.payload_len != kBig) return InvalidArgument("unexpected frame");
+    return RecvBuffer{dst.data(), dst.size(), nullptr, false};
+  });
+  ASSERT_TRUE(conn_->Send(Hdr(1, kBig), {{src.data(), kBig}}, sent_.Done(1)).ok());
+  ASSERT_TRUE(server_handler_.WaitFrames(1, std::chrono::seconds(30)));
+  auto f = server_handler_.frames();
+  EXPECT_EQ(f[0].buffer.data, dst.data());
+  EXPECT_EQ(f[0].buffer.size, kBig);
+  EXPECT_TRUE(src == dst);
+  ExpectCompletedOnce(sent_, {1}, StatusCode::kOk);
+  EXPECT_TRUE(server_handler_.closes().empty());
+}
+
+TEST_P(TransportTest, ManySmallFramesArriveInOrderAndCompleteOnce) {
+  constexpr size_t kFrames = 10000, kLen = 16;
+  std::vector<uint8_t> src = Pattern(kFrames * kLen, 5);
+  for (size_t i = 0; i < kFrames; ++i) {
+    ASSERT_TRUE(conn_->Send(Hdr(i, kLen), {{src.data() + i * kLen, kLen}}, sent_.Done(i)).ok());
+  }
+  ASSERT_TRUE(server_handler_.WaitFrames(kFrames));
+  auto f = server_handler_.frames();
+  ASSERT_EQ(f.size(), kFrames);
+  for (size_t i = 0; i < kFrames; ++i) {
+    ASSERT_EQ(f[i].header.request_id, i);
+    ASSERT_EQ(std::memcmp(f[i].buffer.data, src.data() + i * kLen, kLen), 0) << i;
+  }
+  std::vector<uint64_t> ids(kFrames);
+  std::iota(ids.begin(), ids.end(), 0);
+  ExpectCompletedOnce(sent_, ids, StatusCode::kOk);
+}
+
+TEST_P(TransportTest, ScatterGatherSend) {
+  auto a = Pattern(7, 1), b = Pattern(70000, 2), c = Pattern(13, 3);
+  std::vector<uint8_t> all(a);
+  all.insert(all.end(), b.begin(), b.end());
+  all.insert(all.end(), c.begin(), c.end());
+  ASSERT_TRUE(conn_->Send(Hdr(1, all.size()), {{a.data(), 7}, {b.data(), 70000}, {c.data(), 13}}, sent_.Done(1)).ok());
+  // Empty iovecs are allowed and skipped.
+  ASSERT_TRUE(conn_->Send(Hdr(2, 20), {{a.data(), 7}, {nullptr, 0}, {c.data(), 13}}, sent_.Done(2)).ok());
+  ASSERT_TRUE(server_handler_.WaitFrames(2));
+  auto f = server_handler_.frames();
+  EXPECT_TRUE(SameBytes(f[0].buffer, all));
+  std::vector<uint8_t> ac(a);
+  ac.insert(ac.end(), c.begin(), c.end());
+  EXPECT_TRUE(SameBytes(f[1].buffer, ac));
+  ExpectCompletedOnce(sent_, {1, 2}, StatusCode::kOk);
+}
+
+TEST_P(TransportTest, RepliesFromTheIoThread) {
+  server_handler_.SetOnFrame([](Connection& conn, const Header& h, const RecvBuffer& b) {
+    Header r = h;
+    r.opcode = Opcode::kPushPullReply;
+    EXPECT_TRUE(conn.SendCopy(r, std::string(reinterpret_cast<const char*>(b.data), b.size) + "!").ok());
+  });
+  for (uint64_t i = 0; i < 100; ++i) ASSERT_TRUE(conn_->SendCopy(Hdr(i, 0), "req" + std::to_string(i)).ok());
+  ASSERT_TRUE(client_handler_.WaitFrames(100));
+  auto f = client_handler_.frames();
+  for (uint64_t i = 0; i < 100; ++i) {
+    EXPECT_EQ(f[i].header.opcode, Opcode::kPushPullReply);
+    EXPECT_EQ(f[i].header.request_id, i);
+    std::string want = "req" + std::to_string(i) + "!";
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(f[i].buffer.data), f[i].buffer.size), want);
+  }
+}
+
+TEST_P(TransportTest, PeerCloseReportedOnceAndSendAfterCloseFails) {
+  conn_->Close(Aborted("test is done"));
+  // Close is synchronous: the local OnClose has run when it returns.
+  ASSERT_EQ(client_handler_.closes().size(), 1u);
+  EXPECT_EQ(client_handler_.closes()[0].code(), StatusCode::kAborted);
+  EXPECT_TRUE(conn_->closed());
+  ASSERT_TRUE(server_handler_.WaitCloses(1));
+  EXPECT_EQ(server_handler_.closes()[0].code(), StatusCode::kUnavailable) << server_handler_.closes()[0].ToString();
+
+  ExpectError(conn_->Send(Hdr(1, 0), {}, sent_.Done(1)), StatusCode::kUnavailable, "test is done");
+  conn_->Close(Aborted("again"));
+  client_->Shutdown();
+  server_->Shutdown();
+  EXPECT_EQ(client_handler_.closes().size(), 1u);
+  EXPECT_EQ(server_handler_.closes().size(), 1u);
+  EXPECT_TRUE(sent_.done().empty());  // a refused Send never calls on_done
+}
+
+TEST_P(TransportTest, PendingSendsCompleteWithTheCloseReason) {
+  RawSocket sink;  // accepts (in the kernel) but never reads: the sends stay queued
+  ASSERT_TRUE(sink.Bind(/*listen=*/true));
+  auto conn = client_->Connect("127.0.0.1", sink.port, &side_handler_, 5.0);
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  std::vector<uint8_t> big(64u << 20);
+  ASSERT_TRUE(conn.value()->Send(Hdr(1, big.size()), {{big.data(), big.size()}}, sent_.Done(1)).ok());
+  ASSERT_TRUE(conn.value()->Send(Hdr(2, 0), {}, sent_.Done(2)).ok());
+  EXPECT_TRUE(sent_.done().empty());
+  conn.value()->Close(Aborted("stop"));
+  ExpectCompletedOnce(sent_, {1, 2}, StatusCode::kAborted);
+  EXPECT_EQ(side_handler_.closes().size(), 1u);
+}
+
+TEST_P(TransportTest, ConnectToClosedPortTimesOut) {
+  RawSocket bound;  // holds the port without listening: connections are refused
+  ASSERT_TRUE(bound.Bind(/*listen=*/false));
+  auto start = Clock::now();
+  auto conn = client_->Connect("127.0.0.1", bound.port, &side_handler_, 0.7);
+  double took = std::chrono::duration<double>(Clock::now() - start).count();
+  ASSERT_FALSE(conn.ok());
+  EXPECT_EQ(conn.status().code(), StatusCode::kDeadlineExceeded) << conn.status().ToString();
+  EXPECT_GE(took, 0.6);
+  EXPECT_LT(took, 1.0) << "Connect overran its 0.7 s timeout";
+}
+
+TEST_P(TransportTest, ListenOnUsedPortFails) {
+  Recorder h;
+  auto other = CreateTcpTransport(opts_);
+  auto port = other->Listen("127.0.0.1", port_, &h);
+  ExpectError(port.status(), StatusCode::kUnavailable, "already in use");
+}
+
+TEST_P(TransportTest, GarbageClosesOnlyThatConnection) {
+  RawSocket raw;
+  ASSERT_TRUE(raw.Connect(port_));
+  std::mt19937 rng(GetParam());
+  uint8_t junk[48];
+  for (auto& x : junk) x = static_cast<uint8_t>(rng());
+  junk[0] = 'X';  // never the magic
+  ASSERT_EQ(::send(raw.fd, junk, sizeof(junk), MSG_NOSIGNAL), 48);
+  ASSERT_TRUE(server_handler_.WaitCloses(1));
+  ExpectError(server_handler_.closes()[0], StatusCode::kProtocol, "bad magic");
+  EXPECT_TRUE(raw.WaitPeerClosed());
+
+  // The listener and the other connection carry on.
+  auto fresh = client_->Connect("127.0.0.1", port_, &side_handler_, 5.0);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  ASSERT_TRUE(fresh.value()->SendCopy(Hdr(7, 0), "fresh").ok());
+  ASSERT_TRUE(conn_->SendCopy(Hdr(8, 0), "old").ok());
+  ASSERT_TRUE(server_handler_.WaitFrames(2));
+  EXPECT_EQ(server_handler_.closes().size(), 1u);
+}
+
+TEST_P(TransportTest, OversizedPayloadIsProtocolError) {
+  Recorder h;
+  TransportOptions small = opts_;
+  small.max_payload_bytes = 1024;
+  auto server = CreateTcpTransport(small);
+  auto port = server->Listen("127.0.0.1", 0, &h);
+  ASSERT_TRUE(port.ok());
+  auto conn = client_->Connect("127.0.0.1", port.value(), &client_handler_, 5.0);
+  ASSERT_TRUE(conn.ok());
+  std::vector<uint8_t> data(1025);
+  ASSERT_TRUE(conn.value()->Send(Hdr(1, 1024), {{data.data(), 1024}}, sent_.Done(1)).ok());  // at the limit
+  ASSERT_TRUE(conn.value()->Send(Hdr(2, 1025), {{data.data(), 1025}}, sent_.Done(2)).ok());
+  ASSERT_TRUE(h.WaitCloses(1));
+  ExpectError(h.closes()[0], StatusCode::kProtocol, "exceeds the limit of 1024");
+  EXPECT_EQ(h.frames().size(), 1u);
+  ASSERT_TRUE(client_handler_.WaitCloses(1));  // the sender learns its connection is gone
+  EXPECT_EQ(client_handler_.closes()[0].code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(sent_.WaitDone(2));
+  server->Shutdown();
+}
+
+TEST_P(TransportTest, HandlerErrorsCloseTheConnection) {
+  std::vector<uint8_t> small(5);
+  server_handler_.SetOnHeader([&small](const Header& h) -> StatusOr<RecvBuffer> {
+    if (h.key == 13) return InvalidArgument("no buffer for key 13");
+    if (h.key == 14) return RecvBuffer{small.data(), small.size(), nullptr, false};  // wrong size
+    return RecvBuffer{};
+  });
+  ASSERT_TRUE(conn_->SendCopy(Hdr(1, 0), "0123456789").ok());
+  ASSERT_TRUE(conn_->SendCopy(Hdr(13, 0), "0123456789").ok());
+  (void)conn_->SendCopy(Hdr(2, 0), "0123456789");  // may already see the close; never delivered
+  ASSERT_TRUE(server_handler_.WaitCloses(1));
+  ExpectError(server_handler_.closes()[0], StatusCode::kInvalidArgument, "no buffer for key 13");
+  ASSERT_EQ(server_handler_.frames().size(), 1u);
+  EXPECT_EQ(server_handler_.frames()[0].header.key, 1u);
+  ASSERT_TRUE(client_handler_.WaitCloses(1));
+
+  auto conn = client_->Connect("127.0.0.1", port_, &side_handler_, 5.0);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn.value()->SendCopy(Hdr(14, 0), "0123456789").ok());
+  ASSERT_TRUE(server_handler_.WaitCloses(2));
+  EXPECT_EQ(server_handler_.closes()[1].code(), StatusCode::kInternal) << server_handler_.closes()[1].ToString();
+}
+
+TEST_P(TransportTest, DiscardDropsPayloadAndKeepsFraming) {
+  server_handler_.SetOnHeader([](const Header& h) -> StatusOr<RecvBuffer> {
+    RecvBuffer b;
+    b.discard = h.key % 2 == 1;
+    return b;
+  });
+  auto big = Pattern(100000, 1), mid = Pattern(10, 2), tiny = Pattern(5, 3);
+  ASSERT_TRUE(conn_->Send(Hdr(1, big.size()), {{big.data(), big.size()}}, sent_.Done(1)).ok());
+  ASSERT_TRUE(conn_->Send(Hdr(2, mid.size()), {{mid.data(), mid.size()}}, sent_.Done(2)).ok());
+  ASSERT_TRUE(conn_->Send(Hdr(3, tiny.size()), {{tiny.data(), tiny.size()}}, sent_.Done(3)).ok());
+  ASSERT_TRUE(conn_->Send(Hdr(4, big.size()), {{big.data(), big.size()}}, sent_.Done(4)).ok());
+  ASSERT_TRUE(server_handler_.WaitFrames(4));
+  auto f = server_handler_.frames();
+  for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(f[i].header.key, i + 1);
+  EXPECT_TRUE(f[0].buffer.discard);
+  EXPECT_TRUE(f[2].buffer.discard);
+  EXPECT_TRUE(SameBytes(f[1].buffer, mid));
+  EXPECT_TRUE(SameBytes(f[3].buffer, big));
+  ExpectCompletedOnce(sent_, {1, 2, 3, 4}, StatusCode::kOk);
+}
+
+TEST_P(TransportTest, ShutdownIsIdempotentAndFinal) {
+  client_->Shutdown();
+  client_->Shutdown();
+  ASSERT_EQ(client_handler_.closes().size(), 1u);
+  EXPECT_EQ(client_handler_.closes()[0].code(), StatusCode::kAborted);
+  EXPECT_FALSE(conn_->Send(Hdr(1, 0), {}, sent_.Done(1)).ok());
+  Recorder h;
+  auto again = client_->Connect("127.0.0.1", port_, &h, 1.0);
+  EXPECT_FALSE(again.ok());
+  ASSERT_TRUE(server_handler_.WaitCloses(1));
+
+  server_->Shutdown();
+  server_->Shutdown();
+  auto relisten = server_->Listen("127.0.0.1", 0, &server_handler_);  // nothing would accept on it
+  EXPECT_FALSE(relisten.ok()) << "Listen after Shutdown returned port " << relisten.value();
+  auto fresh = CreateTcpTransport(opts_);
+  auto refused = fresh->Connect("127.0.0.1", port_, &h, 0.3);  // the listener is gone
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(h.closes().empty());
+  EXPECT_TRUE(sent_.done().empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(IoThreads, TransportTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& p) { return "io" + std::to_string(p.param); });
+
+}  // namespace
+}  // namespace byteps::transport

@@ -115,14 +115,16 @@ Status ClusterClient::Barrier(uint64_t id, bool all_nodes) {
                  fmt::format("barrier {}", id));
 }
 
-Status ClusterClient::Finish() {
+Status ClusterClient::Finish(const Status& local_failure) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return failure_;
   }
   Header h;
   h.opcode = Opcode::kFinish;
-  BYTEPS_RETURN_IF_ERROR(conn_->SendCopy(h, ""));
+  h.arg = local_failure.ok() ? 0 : 1;
+  BYTEPS_RETURN_IF_ERROR(conn_->SendCopy(h, local_failure.message()));
+  if (!local_failure.ok()) return local_failure;
   BYTEPS_RETURN_IF_ERROR(WaitFor([&] { return terminated_; }, options_.op_timeout_s,
                                  "shutdown (waiting for the other workers to finish)"));
   std::lock_guard<std::mutex> lock(mu_);

@@ -52,8 +52,10 @@ class ClusterClient : public transport::Handler {
 
   // Blocks until every worker (all_nodes=false) or every node entered barrier `id`.
   Status Barrier(uint64_t id, bool all_nodes);
-  // Worker: tells the scheduler this worker is done and waits for the job's end.
-  Status Finish();
+  // Worker: tells the scheduler this worker is done and waits for the job's end. A worker that
+  // saw a failure the scheduler may not know of yet (e.g. a server connection reset) passes it:
+  // the scheduler then ends the job as failed, naming it, instead of as a clean finish.
+  Status Finish(const Status& local_failure = Status::Ok());
   // Server: blocks until the scheduler ends the job. OK for a clean end, else the failure.
   Status WaitTerminate();
   // The first failure heard (node death, job error, scheduler lost); OK while healthy.

@@ -104,6 +104,10 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
           }
           barriers_.erase(h.key);
         }
+      } else if (h.opcode == Opcode::kFinish && !node.finished && !job_over_ && h.arg != 0) {
+        protocol::NodeInfo info = node.info;
+        node.finished = true;  // it leaves on its own; its disconnect is not a second failure
+        FailJobLocked(Aborted(fmt::format("{} failed: {}", protocol::Describe(info), payload)), nullptr, &out);
       } else if (h.opcode == Opcode::kFinish && !node.finished && !job_over_) {
         node.finished = true;
         if (node.info.role == "worker" && ++finished_workers_ == options_.num_workers) {

@@ -472,7 +472,12 @@ Status Engine::Shutdown() {
       cv_.wait_for(lock, std::chrono::duration<double>(config_.op_timeout_s), [&] { return tasks_.empty(); });
       leaving_ = true;
     }
-    result = cluster_->Finish();
+    Status failure;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure = failure_;
+    }
+    result = cluster_->Finish(failure);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

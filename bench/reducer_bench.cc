@@ -14,9 +14,9 @@
 
 #include "common/dtype.h"
 #include "common/half.h"
-#include "server/reducer.h"
+#include "common/reducer.h"
 
-namespace byteps::server {
+namespace byteps {
 namespace {
 
 constexpr size_t kSizes[] = {size_t{4} << 10, size_t{256} << 10, size_t{4} << 20, size_t{64} << 20};
@@ -109,6 +109,6 @@ const bool kRegistered = [] {
 }();
 
 }  // namespace
-}  // namespace byteps::server
+}  // namespace byteps
 
 BENCHMARK_MAIN();

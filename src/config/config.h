@@ -35,6 +35,7 @@ struct Config {
   int local_rank = 0;                  // BYTEPS_LOCAL_RANK
   int local_size = 1;                  // BYTEPS_LOCAL_SIZE
   int global_rank = -1;                // BYTEPS_GLOBAL_RANK (-1: derived)
+  std::string job_secret;              // BYTEPS_JOB_SECRET (never printed)
 
   // Worker engine.
   size_t partition_bytes = 4096000;    // BYTEPS_PARTITION_BYTES

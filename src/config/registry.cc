@@ -210,8 +210,9 @@ constexpr Entry kRegistry[] = {
     // Accepted, but not stored in Config.
     {"BYTEPS_ENABLE_ASYNC", "bool", "asynchronous training; only 0 (off) is supported", RejectAsync,
      nullptr, "0"},
-    {"BYTEPS_JOB_SECRET", "string", "per-job shared secret; reserved for authentication", Accept,
-     nullptr, "", true},
+    {"BYTEPS_JOB_SECRET", "string",
+     "per-job shared secret (set by the launchers); names the job's shared memory and local sockets",
+     [](const Arg& a, Config& c) { c.job_secret = a.value; return Status::Ok(); }, nullptr, "", true},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
     // Original BytePS / ps-lite names that have no meaning here (tracing, NUMA binding, NCCL, RDMA,

@@ -37,7 +37,7 @@ static_assert(kOffArg + 4 == kHeaderSize, "header layout must fill kHeaderSize b
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 20);
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 22);
 }
 
 const char* OpcodeName(Opcode op) {
@@ -56,6 +56,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kPushPull: return "PushPull";
     case Opcode::kPushPullReply: return "PushPullReply";
     case Opcode::kError: return "Error";
+    case Opcode::kLocalReady: return "LocalReady";
+    case Opcode::kLocalDone: return "LocalDone";
   }
   return "Unknown";
 }

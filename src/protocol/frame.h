@@ -33,6 +33,9 @@ enum class Opcode : uint8_t {
   kPushPull = 18,       // worker -> server: data to sum for (key, round); reply = the round's sum
   kPushPullReply = 19,  // server -> worker: the sum (payload) for request_id
   kError = 20,          // either way: request_id failed; payload = UTF-8 message
+  // Same-host local reduce (Unix socket between a non-root and its local root).
+  kLocalReady = 21,     // non-root -> root: my slot of (key, round) is written; payload KeyInit JSON
+  kLocalDone = 22,      // root -> non-root: the result of (key, round) is in the result segment
 };
 
 bool IsKnownOpcode(uint8_t op);

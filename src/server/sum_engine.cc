@@ -4,7 +4,7 @@
 #include <pthread.h>
 
 #include "common/logging.h"
-#include "server/reducer.h"
+#include "common/reducer.h"
 
 namespace byteps::server {
 

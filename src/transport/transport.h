@@ -82,6 +82,10 @@ class Transport {
   // Connects, retrying refused connections until timeout_s has passed.
   virtual StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port,
                                                         Handler* handler, double timeout_s) = 0;
+  // Same-host variants over a Unix socket named `name` (abstract namespace).
+  virtual StatusOr<int> ListenLocal(const std::string& name, Handler* handler) = 0;
+  virtual StatusOr<std::shared_ptr<Connection>> ConnectLocal(const std::string& name, Handler* handler,
+                                                             double timeout_s) = 0;
   // Closes every connection and the listener, joins I/O threads. Idempotent.
   virtual void Shutdown() = 0;
 };

@@ -10,6 +10,7 @@
 #include "cluster/host_address.h"
 #include "common/logging.h"
 #include "worker/average.h"
+#include <unistd.h>
 
 namespace byteps::worker {
 
@@ -17,6 +18,17 @@ using protocol::Header;
 using protocol::Opcode;
 
 namespace {
+// A token naming this job's local sockets and shared memory: every process of a job computes the
+// same one (from the launcher's secret, else the scheduler address, else the launching parent).
+std::string JobToken(const config::Config& c) {
+  std::string seed = !c.job_secret.empty()   ? c.job_secret
+                     : c.root_port > 0       ? fmt::format("{}:{}", c.root_uri, c.root_port)
+                                             : fmt::format("ppid{}", getppid());
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : seed) h = (h ^ ch) * 1099511628211ull;
+  return fmt::format("{:012x}", h & 0xffffffffffffull);
+}
+
 size_t CreditBytes(const config::Config& c) {
   return static_cast<size_t>(c.scheduling_credit) * c.partition_bytes;
 }
@@ -36,12 +48,20 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
   std::unique_ptr<Engine> e(new Engine(config));
   e->rank_ = config.global_rank >= 0 ? config.global_rank
                                      : std::max(0, config.worker_id) * config.local_size + config.local_rank;
-  if (!config.distributed()) return e;
   if (config.local_size > 1) {
-    return InvalidArgument(fmt::format("BYTEPS_LOCAL_SIZE={}: several training processes per worker host are "
-                                       "not supported yet in distributed mode; start one process per host",
-                                       config.local_size));
+    LocalOptions lo;
+    lo.local_rank = config.local_rank;
+    lo.local_size = config.local_size;
+    lo.job = JobToken(config);
+    lo.host_id = std::max(0, config.worker_id);
+    lo.start_timeout_s = config.start_timeout_s;
+    Engine* raw = e.get();
+    auto local = LocalReducer::Start(lo, [raw](const Status& st) { raw->FailAll(st); });
+    if (!local.ok()) return local.status();
+    e->local_ = std::move(local.value());
+    if (!e->local_->is_root()) return e;  // only the local root talks to the scheduler and servers
   }
+  if (!config.distributed()) return e;
   BYTEPS_RETURN_IF_ERROR(e->Connect());
   return e;
 }
@@ -136,6 +156,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     return InvalidArgument(fmt::format("push_pull of '{}': {} bytes is not a whole number of {} elements", r.name,
                                        r.bytes, DataTypeName(r.dtype)));
   }
+  if (local_) return EnqueueLocal(r);
   if (!config_.distributed()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return Precondition("byteps has been shut down; call init() again");
@@ -151,6 +172,69 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     return h->id;
   }
 
+  return StartDistributed(r, nullptr);
+}
+
+StatusOr<HandleId> Engine::EnqueueLocal(const TensorRequest& r) {
+  std::shared_ptr<HandleState> h;
+  uint32_t dk, round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return Precondition("byteps has been shut down; call init() again");
+    if (!failure_.ok()) return failure_.WithContext(fmt::format("push_pull of '{}'", r.name));
+    BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_.Plan(r.name, r.bytes, r.dtype));
+    dk = plan->declared_key;
+    round = ++tensors_[dk].local_round;
+    h = std::make_shared<HandleState>();
+    h->id = next_handle_++;
+    h->request = r;
+    handles_[h->id] = h;
+  }
+  // Completes h (with st) from any thread.
+  auto complete = [this, h](const Status& st) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok() && h->status.ok()) h->status = st.WithContext(fmt::format("push_pull of tensor '{}'", h->request.name));
+    h->done = true;
+    cv_.notify_all();
+  };
+  if (!local_->is_root()) {
+    BYTEPS_RETURN_IF_ERROR(local_->Contribute(dk, r.name, round, r.input, r.output, r.bytes, r.dtype, complete));
+    return h->id;
+  }
+  // Local root: its own contribution goes to the output, the others are added there, then the
+  // sum goes to the servers like a one-process worker's tensor and the result back to the host.
+  if (r.output != r.input && r.bytes > 0) std::memmove(r.output, r.input, r.bytes);
+  LocalReducer* local = local_.get();
+  h->on_complete = [local, dk, round, out = r.output, bytes = r.bytes](const Status& st) {
+    if (st.ok()) (void)local->Publish(dk, round, out, bytes);
+    else local->PublishError(dk, round, st.message());
+  };
+  TensorRequest summed = r;
+  summed.input = r.output;
+  Status st = local_->Gather(dk, r.name, round, r.output, r.bytes, r.dtype, [this, h, summed, complete](const Status& gst) {
+    if (!gst.ok()) {
+      h->on_complete(gst);
+      complete(gst);
+      return;
+    }
+    if (config_.distributed()) {
+      auto id = StartDistributed(summed, h);
+      if (!id.ok()) {
+        h->on_complete(id.status());
+        complete(id.status());
+      }
+      return;
+    }
+    const size_t n = summed.bytes / DataTypeSize(summed.dtype);
+    DivideInPlace(summed.output, n, summed.dtype, summed.average ? size() : 1);
+    h->on_complete(Status::Ok());
+    complete(Status::Ok());
+  });
+  if (!st.ok()) return st;
+  return h->id;
+}
+
+StatusOr<HandleId> Engine::StartDistributed(const TensorRequest& r, std::shared_ptr<HandleState> existing) {
   std::lock_guard<std::mutex> serial(enqueue_mu_);
   const TensorPlan* plan;
   bool announce = false;
@@ -174,11 +258,15 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     TensorState& ts = tensors_[plan->declared_key];
-    auto h = std::make_shared<HandleState>();
-    h->id = id = next_handle_++;
-    h->request = r;
+    std::shared_ptr<HandleState> h = existing;
+    if (!h) {
+      h = std::make_shared<HandleState>();
+      h->id = next_handle_++;
+      h->request = r;
+      handles_[h->id] = h;
+    }
+    id = h->id;
     h->remaining = plan->partitions.size();
-    handles_[id] = h;
     uint32_t round = ++ts.round;
     for (size_t i = 0; i < plan->partitions.size(); ++i) {
       const PartitionPlan& pp = plan->partitions[i];
@@ -355,7 +443,10 @@ void Engine::FinishTaskLocked(uint64_t task_id, const Status& st, std::vector<st
   if (hs.remaining > 0 && --hs.remaining == 0) CompleteHandleLocked(hs);
 }
 
-void Engine::CompleteHandleLocked(HandleState& h) { h.done = true; }
+void Engine::CompleteHandleLocked(HandleState& h) {
+  if (h.on_complete) h.on_complete(h.status);  // local root: hand the result to the host's processes
+  h.done = true;
+}
 
 void Engine::FailTasksLocked(const std::function<bool(const PartTask&)>& match, const Status& st) {
   std::vector<uint64_t> ids;
@@ -378,6 +469,7 @@ void Engine::FailAll(const Status& st) {
     FailTasksLocked([](const PartTask&) { return true; }, st);
   }
   cv_.notify_all();
+  if (local_) local_->FailAll(st);
 }
 
 void Engine::OnClose(transport::Connection& c, const Status& reason) {
@@ -485,6 +577,7 @@ Status Engine::Shutdown() {
     FailTasksLocked([](const PartTask&) { return true; }, Aborted("byteps was shut down"));
   }
   cv_.notify_all();
+  if (local_) local_->Leave();
   cluster_.reset();  // closes the scheduler connection as expected, before the transport goes
   if (transport_) transport_->Shutdown();
   return result;

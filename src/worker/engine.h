@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "config/config.h"
 #include "transport/transport.h"
 #include "worker/key_assigner.h"
+#include "worker/local_reducer.h"
 #include "worker/priority_scheduler.h"
 
 namespace byteps::worker {
@@ -77,6 +79,7 @@ class Engine : public transport::Handler {
     size_t remaining = 0;
     bool done = false;
     Status status;
+    std::function<void(const Status&)> on_complete;  // runs under mu_ just before done
   };
   struct PartTask {
     uint64_t id = 0;
@@ -99,6 +102,7 @@ class Engine : public transport::Handler {
   struct TensorState {
     const TensorPlan* plan = nullptr;
     uint32_t round = 0;
+    uint32_t local_round = 0;  // rounds through the local reducer (BYTEPS_LOCAL_SIZE > 1)
     bool announced = false;  // InitKey sent to the servers
     Status error;            // a declaration mismatch poisons the tensor
     std::vector<bool> part_busy;
@@ -118,6 +122,9 @@ class Engine : public transport::Handler {
 
   explicit Engine(const config::Config& config);
   Status Connect();
+  StatusOr<HandleId> EnqueueLocal(const TensorRequest& r);
+  // Sends r's partitions to the servers; completes `existing` when given, else a new handle.
+  StatusOr<HandleId> StartDistributed(const TensorRequest& r, std::shared_ptr<HandleState> existing);
   std::shared_ptr<transport::Connection> ConnFor(int server, uint64_t key) const;
   void Announce(const TensorPlan& plan);
   // Moves ready partitions out of the scheduler (under mu_) and sends them (without mu_).
@@ -136,6 +143,7 @@ class Engine : public transport::Handler {
   int rank_ = 0;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<cluster::ClusterClient> cluster_;
+  std::unique_ptr<LocalReducer> local_;  // BYTEPS_LOCAL_SIZE > 1
   std::vector<ServerLink> servers_;
 
   std::mutex enqueue_mu_;  // serialises Enqueue so InitKey always precedes a key's first push

@@ -1,7 +1,7 @@
 // SumInto for every dtype x every available implementation, against references computed here:
 // integer sums in 64-bit with explicit wrap, float sums in long double / double, and float16 /
 // bfloat16 sums rounded by searching the table of representable values (independent of half.cc).
-#include "server/reducer.h"
+#include "common/reducer.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 
 #include "common/half.h"
 
-namespace byteps::server {
+namespace byteps {
 namespace {
 
 constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
@@ -331,4 +331,4 @@ TEST(ReducerDeathTest, InvalidDataTypeAborts) {
 }
 
 }  // namespace
-}  // namespace byteps::server
+}  // namespace byteps

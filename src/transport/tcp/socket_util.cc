@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -40,9 +41,50 @@ StatusOr<sockaddr_in> Resolve(const std::string& host, int port) {
 
 }  // namespace
 
+namespace {
+StatusOr<sockaddr_un> UnixAddress(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (name.size() + 1 > sizeof(a.sun_path)) return InvalidArgument("unix socket name too long: " + name);
+  std::memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract namespace
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+}  // namespace
+
+StatusOr<int> ListenUnixSocket(const std::string& name) {
+  socklen_t len = 0;
+  BYTEPS_ASSIGN_OR_RETURN(sockaddr_un a, UnixAddress(name, &len));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Unavailable(fmt::format("socket(AF_UNIX): {}", std::strerror(errno)));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd, 128) != 0) {
+    int e = errno;
+    ::close(fd);
+    if (e == EADDRINUSE) {
+      return Unavailable(fmt::format("local socket '{}' is already in use: another process of this host "
+                                     "has the same BYTEPS_LOCAL_RANK in the same job", name));
+    }
+    return Unavailable(fmt::format("cannot listen on local socket '{}': {}", name, std::strerror(e)));
+  }
+  return fd;
+}
+
+StatusOr<int> ConnectUnixOnce(const std::string& name) {
+  socklen_t len = 0;
+  BYTEPS_ASSIGN_OR_RETURN(sockaddr_un a, UnixAddress(name, &len));
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Unavailable(fmt::format("socket(AF_UNIX): {}", std::strerror(errno)));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Unavailable(fmt::format("connect to local socket '{}': {}", name, std::strerror(e)));
+  }
+  return fd;
+}
+
 void TuneSocket(int fd, size_t buffer_bytes) {
   int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // harmless failure on AF_UNIX
   if (buffer_bytes > 0) {
     int b = static_cast<int>(buffer_bytes);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &b, sizeof(b));

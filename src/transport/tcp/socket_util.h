@@ -14,6 +14,9 @@ StatusOr<int> ListenSocket(const std::string& host, int port, int* bound_port);
 StatusOr<int> ConnectOnce(const std::string& host, int port, double timeout_s);
 // TCP_NODELAY, buffer sizes (0 = leave as is), non-blocking, close-on-exec.
 void TuneSocket(int fd, size_t buffer_bytes);
+// Unix stream sockets in the abstract namespace (nothing on the file system to clean up).
+StatusOr<int> ListenUnixSocket(const std::string& name);
+StatusOr<int> ConnectUnixOnce(const std::string& name);
 std::string PeerAddress(int fd);
 
 }  // namespace byteps::transport::tcp

@@ -30,6 +30,28 @@ class TcpTransport : public Transport {
   StatusOr<int> Listen(const std::string& host, int port, Handler* handler) override {
     int bound = 0;
     BYTEPS_ASSIGN_OR_RETURN(int fd, ListenSocket(host, port, &bound));
+    return AddListener(fd, bound, fmt::format("{}:{}", host, bound), handler);
+  }
+
+  StatusOr<int> ListenLocal(const std::string& name, Handler* handler) override {
+    BYTEPS_ASSIGN_OR_RETURN(int fd, ListenUnixSocket(name));
+    return AddListener(fd, 0, "local socket " + name, handler);
+  }
+
+  StatusOr<std::shared_ptr<Connection>> ConnectLocal(const std::string& name, Handler* handler,
+                                                     double timeout_s) override {
+    return ConnectWithRetry([&](double) { return ConnectUnixOnce(name); }, "local socket " + name, handler,
+                            timeout_s);
+  }
+
+  StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port, Handler* handler,
+                                                double timeout_s) override {
+    return ConnectWithRetry([&](double left) { return ConnectOnce(host, port, left); },
+                            fmt::format("{}:{}", host, port), handler, timeout_s);
+  }
+
+ private:
+  StatusOr<int> AddListener(int fd, int bound, const std::string& what, Handler* handler) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) {  // the loops are stopped: nothing would ever accept on this socket
       ::close(fd);
@@ -38,14 +60,15 @@ class TcpTransport : public Transport {
     EventLoop* loop = loops_[0].get();
     if (!loop->Add(fd, EPOLLIN, [this, fd, handler](uint32_t) { AcceptAll(fd, handler); })) {
       ::close(fd);
-      return Internal(fmt::format("cannot register the listener on {}:{} with the event loop", host, bound));
+      return Internal(fmt::format("cannot register the listener on {} with the event loop", what));
     }
     listen_fds_.push_back(fd);
     return bound;
   }
 
-  StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port, Handler* handler,
-                                                double timeout_s) override {
+  StatusOr<std::shared_ptr<Connection>> ConnectWithRetry(const std::function<StatusOr<int>(double)>& once,
+                                                         const std::string& what, Handler* handler,
+                                                         double timeout_s) {
     using Clock = std::chrono::steady_clock;
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
     Status last;
@@ -53,7 +76,7 @@ class TcpTransport : public Transport {
     for (;;) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0) break;
-      auto fd = ConnectOnce(host, port, left);
+      auto fd = once(left);
       if (fd.ok()) return Adopt(fd.value(), handler);
       last = fd.status();
       if (last.code() == StatusCode::kDeadlineExceeded) break;
@@ -65,9 +88,11 @@ class TcpTransport : public Transport {
       cv_.wait_for(lock, std::min<std::chrono::duration<double>>(backoff, std::chrono::duration<double>(left)));
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
     }
-    return DeadlineExceeded(fmt::format("could not connect to {}:{} within {:.1f} s (last error: {})",
-                                        host, port, timeout_s, last.message()));
+    return DeadlineExceeded(fmt::format("could not connect to {} within {:.1f} s (last error: {})", what,
+                                        timeout_s, last.message()));
   }
+
+ public:
 
   void Shutdown() override {
     std::vector<std::shared_ptr<TcpConnection>> conns;

@@ -12,7 +12,7 @@
 
 #include "common/dtype.h"
 
-namespace byteps::server {
+namespace byteps {
 
 enum class ReducerImpl {
   kAuto,    // best available on this CPU, chosen once at first use
@@ -37,4 +37,4 @@ bool ReducerImplAvailable(ReducerImpl impl);
 // "auto", "scalar", "avx2".
 const char* ReducerImplName(ReducerImpl impl);
 
-}  // namespace byteps::server
+}  // namespace byteps

@@ -7,7 +7,7 @@
 // pass of unaligned-safe 32-byte loads, 4 vectors per iteration, software prefetch ahead, dst
 // aligned to 32 bytes by a short scalar prologue so stores never split cache lines. No threads:
 // parallelism comes from the server's engine threads, each summing its own keys.
-#include "server/reducer.h"
+#include "common/reducer.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -23,7 +23,7 @@
 #define BYTEPS_TARGET_AVX2 __attribute__((target("avx2,f16c,fma")))
 #endif
 
-namespace byteps::server {
+namespace byteps {
 namespace {
 
 // dst/src are byte pointers: elements may be unaligned, so every scalar access goes through memcpy
@@ -298,4 +298,4 @@ void SumInto(void* dst, const void* src, size_t count, DataType dtype) {
   SumInto(dst, src, count, dtype, ReducerImpl::kAuto);
 }
 
-}  // namespace byteps::server
+}  // namespace byteps

@@ -1,0 +1,92 @@
+"""Several training processes per worker host (BYTEPS_LOCAL_SIZE > 1): they reduce through shared
+memory and only the local root talks to the servers. Results must equal the flat path's."""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+# Runs as each worker host: starts BPS_LOCAL processes of the child script with local ranks,
+# like bpslaunch, and fails if any child fails.
+SPAWNER = r'''
+import os, subprocess, sys
+n = int(os.environ["BPS_LOCAL"])
+child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+with open(child, "w") as f:
+    f.write(os.environ["BPS_CHILD"])
+procs = [subprocess.Popen([sys.executable, child],
+                          env={**os.environ, "BYTEPS_LOCAL_RANK": str(i), "BYTEPS_LOCAL_SIZE": str(n)})
+         for i in range(n)]
+codes = [p.wait(timeout=60) for p in procs]
+sys.exit(max(codes))
+'''
+
+CHILD = r'''
+import json, os
+import numpy as np
+import byteps.numpy as bps
+bps.init()
+rank, size = bps.rank(), bps.size()
+out = {"rank": rank, "size": size, "local_rank": bps.local_rank(), "local_size": bps.local_size()}
+sums = {}
+for rnd in range(3):
+    for name, dt, n in [("a", np.float32, 1000), ("b", np.int64, 7), ("c", np.float64, 0),
+                        ("d", np.float16, 33), ("e", np.float32, 70000)]:
+        x = (np.arange(n) % 7 + rank + rnd).astype(dt)
+        y = bps.push_pull(x, average=False, name=name)
+        sums[f"{name}{rnd}"] = float(y.astype(np.float64).sum())
+        if name == "a":
+            m = bps.push_pull(x, average=True, name="avg")
+            sums[f"avg{rnd}"] = float(m.astype(np.float64).sum())
+out["sums"] = sums
+os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())  # one write: siblings share stdout
+bps.shutdown()
+'''
+
+
+def expected(size):
+    sums = {}
+    for rnd in range(3):
+        for name, n in [("a", 1000), ("b", 7), ("c", 0), ("d", 33), ("e", 70000)]:
+            base = [(i % 7 + rnd) for i in range(n)]
+            sums[f"{name}{rnd}"] = float(sum(b * size + sum(range(size)) for b in base))
+            if name == "a":
+                sums[f"avg{rnd}"] = sums[f"a{rnd}"] / size
+    return sums
+
+
+def results(output):
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
+
+
+def leftover_segments(job_token_hint=None):
+    return [p.name for p in Path("/dev/shm").glob("byteps-*")]
+
+
+@pytest.mark.parametrize("hosts,local,servers", [(1, 2, 0), (2, 2, 1), (2, 3, 2)])
+def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers):
+    before = set(leftover_segments())
+    env = {"BPS_LOCAL": str(local), "BPS_CHILD": CHILD, "BYTEPS_PARTITION_BYTES": "65536"}
+    r = run_job(hosts, max(servers, 1), SPAWNER, env=env, timeout=60, force_distributed=servers > 0)
+    assert r.returncode == 0, r.output
+    res = results(r.output)
+    size = hosts * local
+    assert len(res) == size, r.output
+    assert sorted(x["rank"] for x in res) == list(range(size))
+    want = expected(size)
+    for x in res:
+        assert x["size"] == size and x["local_size"] == local
+        for k, v in want.items():
+            assert x["sums"][k] == pytest.approx(v, rel=1e-3 if k.startswith("d") else 1e-9), (k, x)
+    assert not r.leftovers
+    assert set(leftover_segments()) <= before, "shared memory left behind"
+
+
+def test_local_rank_missing_fails_with_clear_error(run_job):
+    env = {"BPS_LOCAL": "1", "BPS_CHILD": CHILD, "BYTEPS_START_TIMEOUT": "3"}
+    # the only process is local rank 1 of BYTEPS_LOCAL_SIZE=2: its local root never starts
+    script = SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
+        '"BYTEPS_LOCAL_RANK": str(i)', '"BYTEPS_LOCAL_RANK": "0"')
+    r = run_job(1, 1, script, env=env, timeout=30)
+    assert r.returncode != 0
+    assert "cannot reach its local root" in r.output, r.output

@@ -574,7 +574,7 @@ TEST(ConfigSettings, DefaultsComeFromConfig) {
   EXPECT_EQ(by_name["BYTEPS_ENABLE_ASYNC"].default_value, "0");
   EXPECT_EQ(by_name["BYTEPS_JOB_SECRET"].default_value, "");
   EXPECT_EQ(by_name["BYTEPS_JOB_SECRET"].help,
-            "per-job shared secret; reserved for authentication");
+            "per-job shared secret (set by the launchers); names the job's shared memory and local sockets");
   EXPECT_EQ(by_name["BYTEPS_CORE_BINARY"].type, "string");
 }
 

@@ -10,6 +10,7 @@ PKGS=(
   pybind11-dev python3-pybind11 python3-dev python3-numpy python3-pytest
   python3-setuptools python3-venv python3-pip
   clang libclang-rt-14-dev
+  python3-torch python3-torchvision python3-sklearn python3-tqdm python3-matplotlib
   iperf3 iproute2 procps psmisc
 )
 

@@ -162,6 +162,18 @@ def declare(name: str) -> int:
     return core().declare(core_name(name))
 
 
+def declare_tensor(name: str, nbytes: int, dtype: int) -> int:
+    """Declares tensor ``name`` with its size (bytes) and dtype code and returns its key.
+
+    Like :func:`declare` (same order on all workers), and the core places the tensor's
+    partitions on the servers right away, balancing bytes over them.  Later push_pulls of
+    ``name`` must use this size and dtype (ValueError otherwise, naming the tensor).
+    """
+    if name is None:
+        raise TypeError("declare_tensor() needs a name")
+    return core().declare_tensor(core_name(name), int(nbytes), int(dtype))
+
+
 @dataclass
 class Pending:
     """What a handle keeps alive until it is synchronized."""

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 
 namespace byteps::transport::tcp {
 namespace {
@@ -109,7 +110,9 @@ Status TcpConnection::FlushLocked(std::vector<SendCallback>* done) {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(n_iov);
+    BYTEPS_TSAN_IGNORE_BEGIN();  // see common/tsan.h
     ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    BYTEPS_TSAN_IGNORE_END();
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();

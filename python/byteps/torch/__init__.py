@@ -1,0 +1,45 @@
+"""byteps for PyTorch: ``import byteps.torch as bps`` (the BytePS / Horovod API).
+
+    bps.init()
+    model.load_state_dict(...)                       # or any init
+    optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    bps.broadcast_parameters(model.state_dict(), root_rank=0)
+    bps.broadcast_optimizer_state(optimizer, root_rank=0)
+    for x, y in data:                                # this worker's share of each batch
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()              # gradients push_pulled as they are ready
+        optimizer.step()                             # waits, applies the average over workers
+
+or wrap the model instead: ``byteps.torch.parallel.DistributedDataParallel(model)``.
+
+This build takes CPU tensors (dense, contiguous; uint8, int8, int32, int64, float16, bfloat16,
+float32, float64); a CUDA tensor is a ValueError.  See :mod:`byteps.torch.ops` for the
+operations and naming rules, :mod:`byteps._basics` for init/shutdown.  Unlike BytePS, rank() and
+size() raise before init(), unnamed tensors do not collide, and ``BYTEPS_ENABLE_ASYNC`` is
+rejected by init().
+"""
+
+from __future__ import annotations
+
+from .compression import Compression
+from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .ops import (
+    byteps_push_pull, declare, init, local_rank, local_size, poll, push_pull, push_pull_async,
+    push_pull_async_inplace, push_pull_inplace, rank, resume, shutdown, size, suspend, synchronize,
+)
+from .optimizer import DistributedOptimizer, _DistributedOptimizer
+
+__all__ = [
+    "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "declare",
+    "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
+    "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+    "Compression", "DistributedOptimizer", "_DistributedOptimizer",
+]
+
+
+def __getattr__(name: str):
+    if name == "BytePSError":  # lazily, so that importing this module needs no built core
+        from .. import _basics  # noqa: PLC0415
+
+        return _basics.error_type()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

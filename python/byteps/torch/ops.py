@@ -1,0 +1,274 @@
+"""byteps.torch operations on torch tensors (the layer under DistributedOptimizer & co.).
+
+Each operation sums a tensor elementwise over all ``size()`` workers (``average=True``: divides
+by ``size()``, floor division for integer dtypes, done in the core).  Tensors must be dense,
+contiguous CPU tensors of a dtype in :data:`SUPPORTED_DTYPES`; the plugin hands the core the
+tensor's data pointer and byte count, and keeps the input and output tensors alive until the
+handle is synchronized.  An async operation's tensors must not be modified (in place: not read
+either) until then.
+
+Names: a user name ``n`` is the core tensor ``"byteps." + n``; every worker must use the same
+name for the same logical tensor (same shape and dtype) and first use (or declare) the names in
+the same order.  Unnamed calls get a fresh per-process name each (``"byteps.noname.<n>"``, not
+BytePS's single colliding name), so they must be made in the same order on every worker.
+
+Errors come from the core as exceptions carrying its message: ValueError for invalid
+operations (e.g. workers disagreeing on a tensor's size), ``byteps._core.BytePSError`` (a
+RuntimeError) for failed or timed-out ones.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+import torch
+
+from .. import _basics
+from .._basics import local_rank, local_size, rank, shutdown, size, suspend
+from .compression import Compression
+
+__all__ = [
+    "init", "shutdown", "suspend", "resume", "rank", "size", "local_rank", "local_size", "declare",
+    "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
+    "push_pull_group_sync_inplace", "byteps_torch_set_num_grads", "poll", "synchronize",
+    "SUPPORTED_DTYPES",
+]
+
+# torch dtype -> name of the core's dtype code constant.
+_CODES = {
+    torch.float32: "FLOAT32", torch.float64: "FLOAT64", torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16",
+    torch.uint8: "UINT8", torch.int8: "INT8", torch.int32: "INT32", torch.int64: "INT64",
+}
+SUPPORTED_DTYPES = tuple(str(dt).replace("torch.", "") for dt in _CODES)
+
+# Names declared or used with an explicit name since init(), in first-use order, with (bytes,
+# dtype code) when declared with a size: resume() declares them again in this order.  Kept
+# across shutdown/suspend (as in BytePS), restarted by init() when not initialized (the core's
+# declarations restart too).  Unnamed tensors are not replayed (their counter restarts).
+_declared: dict[str, Optional[tuple[int, int]]] = {}
+_declared_lock = threading.Lock()
+
+# Per broadcast_object name, the buffer size of its first broadcast in this session (see
+# byteps.torch.functions.broadcast_object); restarted with _declared.
+object_capacity: dict[str, int] = {}
+
+
+def init(lazy: bool = True) -> None:
+    """Joins the job; see :func:`byteps._basics.init`.  Idempotent."""
+    if not _basics.is_initialized():
+        with _declared_lock:
+            _declared.clear()
+            object_capacity.clear()
+    _basics.init(lazy)
+
+
+def dtype_code(dtype: torch.dtype) -> int:
+    """The core's code for a torch dtype; TypeError naming the dtype when unsupported."""
+    key = _CODES.get(dtype)
+    if key is None:
+        raise TypeError(f"byteps does not support tensors of dtype {dtype} "
+                        f"(supported: {', '.join(SUPPORTED_DTYPES)})")
+    return getattr(_basics.core(), key)
+
+
+def check_tensor(tensor) -> int:
+    """Validates a tensor for push_pull and returns its dtype code.
+
+    Raises:
+        TypeError: not a tensor, or an unsupported dtype (named).
+        ValueError: not on the CPU (CUDA is not supported by this build yet), not dense, or not
+            contiguous.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"byteps.torch needs a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.device.type != "cpu":
+        if tensor.is_cuda:
+            raise ValueError(f"CUDA tensors are not supported by this build yet (tensor on {tensor.device}); "
+                             f"pass a CPU tensor (tensor.cpu())")
+        raise ValueError(f"tensors on device {tensor.device} are not supported; pass a CPU tensor")
+    if tensor.layout != torch.strided:
+        raise ValueError(f"{tensor.layout} tensors are not supported; pass a dense tensor (tensor.to_dense())")
+    code = dtype_code(tensor.dtype)
+    if not tensor.is_contiguous():
+        raise ValueError(f"tensor of shape {tuple(tensor.shape)} is not contiguous; pass tensor.contiguous()")
+    return code
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _remember(name: Optional[str], spec: Optional[tuple[int, int]] = None) -> None:
+    if name is None:
+        return
+    with _declared_lock:
+        if _declared.get(name) is None:
+            _declared[name] = spec
+
+
+def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool, name: Optional[str],
+           priority: int) -> int:
+    handle = _basics.start(name, tensor.data_ptr(), output.data_ptr(), _nbytes(tensor), code, average, priority,
+                           tensor, output)
+    _remember(name)
+    return handle
+
+
+def declare(name: str) -> int:
+    """Declares tensor ``name`` (in the same order on every worker) and returns its key.
+
+    Optional: a push_pull declares its name on first use.  Declaring up front fixes the keys
+    (and so the servers) of a training loop's tensors regardless of the order they first run in.
+    """
+    key = _basics.declare(name)
+    _remember(name)
+    return key
+
+
+def declare_tensor(name: str, tensor_or_nbytes, dtype=None) -> int:
+    """Declares ``name`` with its size: a tensor (its bytes and dtype), or a byte count and a
+    torch dtype.  The core places its partitions on the servers by bytes right away."""
+    if isinstance(tensor_or_nbytes, torch.Tensor):
+        nbytes, code = _nbytes(tensor_or_nbytes), dtype_code(tensor_or_nbytes.dtype)
+    else:
+        nbytes, code = int(tensor_or_nbytes), dtype_code(dtype)
+    key = _basics.declare_tensor(name, nbytes, code)
+    _remember(name, (nbytes, code))
+    return key
+
+
+def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None, version: int = 0,
+                    priority: int = 0) -> int:
+    """Starts summing ``tensor`` over all workers into a new tensor; returns a handle.
+
+    ``tensor`` is not modified; :func:`synchronize` returns the result.  A larger ``priority``
+    is sent first.  ``version`` is accepted for compatibility and ignored.
+    """
+    del version
+    code = check_tensor(tensor)
+    output = torch.empty(tensor.shape, dtype=tensor.dtype)
+    return _start(tensor, output, code, average, name, priority)
+
+
+def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None,
+                            version: int = 0, priority: int = 0) -> int:
+    """Starts summing ``tensor`` over all workers in place; returns a handle."""
+    del version
+    code = check_tensor(tensor)
+    return _start(tensor, tensor, code, average, name, priority)
+
+
+byteps_push_pull = push_pull_async_inplace
+
+
+def push_pull_inplace(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None, version: int = 0,
+                      priority: int = 0) -> torch.Tensor:
+    """Replaces ``tensor`` by its sum (or mean) over all workers and returns it."""
+    return synchronize(push_pull_async_inplace(tensor, average, name, version, priority))
+
+
+def poll(handle: int) -> bool:
+    """True once the operation has finished (successfully or not).  Unknown handle: ValueError."""
+    return _basics.poll(handle)
+
+
+def synchronize(handle: int, timeout: Optional[float] = None) -> torch.Tensor:
+    """Waits for ``handle`` and returns its output tensor (the input tensor for in-place calls).
+
+    Args:
+        timeout: seconds to wait; None waits up to BYTEPS_TIMEOUT.
+
+    Raises:
+        ValueError: unknown (or already synchronized) handle, or the core's error for an invalid
+            operation (e.g. workers disagreeing on a tensor's size).
+        byteps._core.BytePSError: the operation failed (e.g. a peer died) or timed out; after a
+            timeout the handle remains valid.
+    """
+    return _basics.wait(handle, timeout).output
+
+
+class _PushPull(torch.autograd.Function):
+    """push_pull as an autograd op: the gradient of the result is push_pulled too."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, version, priority):
+        ctx.average, ctx.name, ctx.version, ctx.priority = average, name, version, priority
+        return synchronize(push_pull_async(tensor, average, name, version, priority))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = synchronize(push_pull_async(grad_output.contiguous(), ctx.average, ctx.name, ctx.version,
+                                           ctx.priority))
+        return grad, None, None, None, None
+
+
+def push_pull(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None, version: int = 0,
+              priority: int = 0, compression=Compression.none) -> torch.Tensor:
+    """The sum (or mean) of ``tensor`` over all workers, as a new tensor (differentiable: the
+    gradient flowing back is push_pulled under the same name).
+
+    ``name`` is required, as in BytePS.  ``compression`` is applied before and undone after.
+    """
+    assert name is not None, "To manually call push_pull, you must specify a name by name=..."
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"byteps.torch needs a torch.Tensor, got {type(tensor).__name__}")
+    compressed, ctx = compression.compress(tensor)
+    summed = _PushPull.apply(compressed, average, name, version, priority)
+    return compression.decompress(summed, ctx)
+
+
+# ---- compatibility with byteps.torch.ops of BytePS (the group-sync counter used by its DDP)
+
+_group = {"num_grads": 1, "count": 0}
+_group_lock = threading.Lock()
+
+
+def byteps_torch_set_num_grads(num_grads: int) -> None:
+    """Sets the group size counted by :func:`push_pull_group_sync_inplace` and resets the count."""
+    with _group_lock:
+        _group["num_grads"], _group["count"] = int(num_grads), 0
+
+
+def push_pull_group_sync_inplace(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None,
+                                 version: int = 0, priority: int = 0) -> tuple[int, int]:
+    """:func:`push_pull_async_inplace` that also counts calls: returns ``(handle, count)``, the
+    count wrapping to 0 after it reaches the number set by :func:`byteps_torch_set_num_grads`."""
+    handle = push_pull_async_inplace(tensor, average, name, version, priority)
+    with _group_lock:
+        _group["count"] += 1
+        count = _group["count"]
+        if count >= _group["num_grads"]:
+            _group["count"] = 0
+    return handle, count
+
+
+# ---- elastic training
+
+
+def resume(num_workers: int, num_servers: int, global_rank: Optional[int] = None, context=None) -> None:
+    """Rejoins a (new) job after :func:`suspend`, and declares again every named tensor declared
+    or used before, in the same order (so keys and server placement are the same).
+
+    Sets ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER`` and (if given) ``BYTEPS_GLOBAL_RANK`` in this
+    process's environment, shuts down if still initialized, then initializes again.  The rest of
+    the new job's environment (scheduler address and port, ``DMLC_WORKER_ID``...) must already
+    be set: a job with other counts has its own scheduler.  ``context`` is accepted for
+    compatibility and ignored.  Handles not yet synchronized are forgotten.
+    """
+    del context
+    os.environ["DMLC_NUM_WORKER"] = str(int(num_workers))
+    os.environ["DMLC_NUM_SERVER"] = str(int(num_servers))
+    if global_rank is not None:
+        os.environ["BYTEPS_GLOBAL_RANK"] = str(int(global_rank))
+    if _basics.is_initialized():
+        _basics.shutdown()
+    _basics.init(lazy=False)
+    with _declared_lock:
+        replay = list(_declared.items())
+    for name, spec in replay:
+        if spec is None:
+            _basics.declare(name)
+        else:
+            _basics.declare_tensor(name, *spec)

@@ -1,0 +1,446 @@
+"""bpslaunch: the per-machine launcher of BytePS, driven by the environment.
+
+Usage (one call per machine and role, as with the original ``bpslaunch``)::
+
+    DMLC_ROLE=scheduler ... bpslaunch
+    DMLC_ROLE=server    ... bpslaunch
+    DMLC_ROLE=worker    ... bpslaunch python3 train.py --epochs 3
+    DMLC_ROLE=worker    ... bpslaunch "python3 train.py --epochs 3 > log.txt"
+
+The role comes from ``DMLC_ROLE`` (``worker``, ``server`` or ``scheduler``).  Required
+variables, as in the original: ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER``, ``DMLC_PS_ROOT_URI``,
+``DMLC_PS_ROOT_PORT``, and ``DMLC_WORKER_ID`` for workers; a worker of a single-worker job
+(``DMLC_NUM_WORKER=1`` without ``BYTEPS_FORCE_DISTRIBUTED=1``) needs only ``DMLC_NUM_WORKER``.
+Unlike the original, which printed "The env X is missing" and exited 0, a missing or malformed
+variable is an error (exit 2).
+
+worker
+    Starts ``local_size`` copies of the command, each with ``BYTEPS_LOCAL_RANK=i`` and
+    ``BYTEPS_LOCAL_SIZE=local_size``.  ``local_size`` is the number of comma-separated entries
+    of ``NVIDIA_VISIBLE_DEVICES``, else ``BYTEPS_LOCAL_SIZE``, else 1.  Several arguments are run
+    as they are; a single argument is a shell command line (``/bin/sh -c``), like the original.
+    If any copy exits non-zero, the others are stopped and bpslaunch exits with that code.
+
+    CPU binding (through ``taskset -c``, since numactl may be missing) is off by default -- the
+    original defaulted it on.  ``BYTEPS_NUMA_ON=1`` turns it on; ``BYTEPS_VISIBLE_CPU_CORES``
+    (``"a,b-c:d-e"``, one colon-separated entry per local rank) names the cores, and setting it
+    alone also turns binding on (``BYTEPS_NUMA_ON=0`` still wins).  Without it the cores this
+    process may use are split evenly, the root (last) rank taking the remainder.
+
+server / scheduler
+    Runs ``byteps-core server`` / ``byteps-core scheduler`` (found by
+    :func:`byteps.launcher.corebin.find_core_binary`) and exits with its code -- but only for a
+    distributed job (``DMLC_NUM_WORKER > 1`` or ``BYTEPS_FORCE_DISTRIBUTED=1``); otherwise it
+    prints a note and exits 0, as a single-worker job needs no servers.  A command given to
+    these roles is ignored (as in the original, so one command line can serve every machine).
+
+``BYTEPS_JOB_SECRET`` is passed through but never generated: every process of a multi-machine
+job must share one, so only whoever starts the whole job can choose it.
+
+Every child runs in its own process group; whatever is left in those groups when bpslaunch
+exits is killed (SIGTERM, then SIGKILL).  Exit status: 0 when every child exited 0; the code
+of the first child that failed (128+N if killed by signal N); 130/143 when bpslaunch itself got
+SIGINT/SIGTERM (forwarded to the children, SIGKILL after a grace period); 2 for a bad
+environment or command line; 127 when a child could not be started.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Mapping, Optional, Sequence
+
+from . import corebin
+from .bpsrun import Child, StopRequest, describe, exit_code
+
+ROLES = ("worker", "server", "scheduler")
+EXIT_USAGE = 2
+EXIT_CANNOT_START = 127
+GRACE_S = 5.0  # between forwarding SIGTERM/SIGINT and SIGKILL
+_NO_SIGNAL_WAIT_S = 0.05  # wake-up period when signals cannot be used (not the main thread)
+
+
+class LaunchConfigError(ValueError):
+    """The environment or the command line does not describe a valid launch (exit 2)."""
+
+
+class CannotStart(Exception):
+    """A child process could not be started (exit 127)."""
+
+
+def note(message: str) -> None:
+    """A launcher message on stderr (stdout belongs to the children)."""
+    print(f"bpslaunch: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Environment
+
+
+def _positive_int(env: Mapping[str, str], name: str) -> int:
+    text = env[name].strip()
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise LaunchConfigError(f"The env {name} must be a positive integer, got {env[name]!r}")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """A 0/1 switch; empty or unset means ``default``."""
+    text = env.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise LaunchConfigError(f"The env {name} must be 0 or 1, got {env[name]!r}")
+
+
+def is_distributed(env: Mapping[str, str]) -> bool:
+    """True when the job uses a scheduler and servers (several workers, or forced)."""
+    return _flag(env, "BYTEPS_FORCE_DISTRIBUTED", False) or _positive_int(env, "DMLC_NUM_WORKER") > 1
+
+
+def check_env(env: Mapping[str, str]) -> str:
+    """Validates the launch environment and returns the role.
+
+    Raises:
+        LaunchConfigError: ``DMLC_ROLE`` is missing or not a role, or a required variable is
+            missing (the message says "The env X is missing") or malformed.
+    """
+    role = env.get("DMLC_ROLE", "").strip().lower()  # the core accepts any case too
+    if not role:
+        raise LaunchConfigError(f"The env DMLC_ROLE is missing (expected one of {', '.join(ROLES)})")
+    if role not in ROLES:
+        raise LaunchConfigError(f"DMLC_ROLE={env['DMLC_ROLE']!r} is not a valid role: expected one of "
+                                f"{', '.join(ROLES)}")
+    required = ["DMLC_NUM_WORKER"]
+    if not env.get("DMLC_NUM_WORKER"):
+        raise LaunchConfigError("The env DMLC_NUM_WORKER is missing")
+    if role != "worker" or is_distributed(env):
+        required += ["DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"]
+        if role == "worker":
+            required.append("DMLC_WORKER_ID")
+    for name in required:
+        if not env.get(name):
+            raise LaunchConfigError(f"The env {name} is missing")
+    _positive_int(env, "DMLC_NUM_WORKER")
+    return role
+
+
+def local_size_from_env(env: Mapping[str, str]) -> int:
+    """Training processes on this machine: one per NVIDIA_VISIBLE_DEVICES entry, else
+    BYTEPS_LOCAL_SIZE, else 1."""
+    devices = [d for d in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if devices:
+        return len(devices)
+    if env.get("BYTEPS_LOCAL_SIZE", "").strip():
+        return _positive_int(env, "BYTEPS_LOCAL_SIZE")
+    return 1
+
+
+# --------------------------------------------------------------------------------------------
+# CPU binding
+
+
+def parse_core_list(text: str) -> list[int]:
+    """``"0,2-4"`` -> ``[0, 2, 3, 4]`` (sorted, without duplicates).
+
+    Raises:
+        LaunchConfigError: an empty item, a non-number, a negative id or a reversed range.
+    """
+    cores: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        low, dash, high = item.partition("-")
+        try:
+            first = int(low)
+            last = int(high) if dash else first
+        except ValueError:
+            raise LaunchConfigError(f"bad CPU core item {item!r} in {text!r}: expected N or N-M "
+                                    f"with non-negative integers") from None
+        if first < 0 or last < first:
+            raise LaunchConfigError(f"bad CPU core range {item!r} in {text!r}: expected N-M with "
+                                    f"0 <= N <= M")
+        cores.update(range(first, last + 1))
+    return sorted(cores)
+
+
+def parse_visible_cores(spec: str, local_size: int) -> list[list[int]]:
+    """Parses ``BYTEPS_VISIBLE_CPU_CORES`` (``"a,b-c:d-e"``): one core list per local rank.
+
+    Raises:
+        LaunchConfigError: a malformed list, or not exactly ``local_size`` colon-separated lists.
+    """
+    parts = spec.split(":")
+    if len(parts) != local_size:
+        raise LaunchConfigError(
+            f"BYTEPS_VISIBLE_CPU_CORES={spec!r} has {len(parts)} core list(s) but there are "
+            f"{local_size} local rank(s); give one list per rank, separated by ':'")
+    try:
+        return [parse_core_list(part) for part in parts]
+    except LaunchConfigError as err:
+        raise LaunchConfigError(f"BYTEPS_VISIBLE_CPU_CORES: {err}") from None
+
+
+def format_cores(cores: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the form taskset -c accepts)."""
+    runs: list[str] = []
+    ordered = sorted(set(cores))
+    start = 0
+    for i in range(1, len(ordered) + 1):
+        if i == len(ordered) or ordered[i] != ordered[i - 1] + 1:
+            first, last = ordered[start], ordered[i - 1]
+            runs.append(str(first) if first == last else f"{first}-{last}")
+            start = i
+    return ",".join(runs)
+
+
+def split_cores(cores: Sequence[int], local_size: int) -> list[list[int]]:
+    """Splits ``cores`` evenly among ``local_size`` ranks; the root (last rank) also takes the
+    remainder.  Raises LaunchConfigError when there are fewer cores than ranks."""
+    ordered = sorted(cores)
+    quota = len(ordered) // local_size
+    if quota == 0:
+        raise LaunchConfigError(f"cannot bind {local_size} local ranks to {len(ordered)} CPU core(s)")
+    shares = [ordered[i * quota:(i + 1) * quota] for i in range(local_size - 1)]
+    return shares + [ordered[(local_size - 1) * quota:]]
+
+
+def core_bindings(env: Mapping[str, str], local_size: int) -> Optional[list[str]]:
+    """The ``taskset -c`` core list of each local rank, or None when binding is off.
+
+    Raises:
+        LaunchConfigError: a malformed or unusable BYTEPS_VISIBLE_CPU_CORES, or automatic
+            binding with fewer usable cores than local ranks.
+    """
+    spec = env.get("BYTEPS_VISIBLE_CPU_CORES", "").strip()
+    if not _flag(env, "BYTEPS_NUMA_ON", default=bool(spec)):
+        return None
+    allowed = os.sched_getaffinity(0)
+    if spec:
+        per_rank = parse_visible_cores(spec, local_size)
+        for rank, cores in enumerate(per_rank):
+            unusable = sorted(set(cores) - allowed)
+            if unusable:
+                raise LaunchConfigError(
+                    f"BYTEPS_VISIBLE_CPU_CORES: local rank {rank} asks for core(s) "
+                    f"{format_cores(unusable)}, which this process may not use (allowed: "
+                    f"{format_cores(sorted(allowed))})")
+    else:
+        try:
+            per_rank = split_cores(sorted(allowed), local_size)
+        except LaunchConfigError as err:
+            raise LaunchConfigError(f"BYTEPS_NUMA_ON=1: {err}; set BYTEPS_NUMA_ON=0 or give "
+                                    f"BYTEPS_VISIBLE_CPU_CORES") from None
+    return [format_cores(cores) for cores in per_rank]
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+class Waker:
+    """Lets the main thread sleep until a child exits or bpslaunch is signalled -- no polling.
+
+    SIGCHLD, SIGINT and SIGTERM write to a self-pipe (:func:`signal.set_wakeup_fd`) that
+    :meth:`wait` selects on; SIGINT/SIGTERM are also recorded in :attr:`stop`.  Off the main
+    thread no handler can be installed, so :meth:`wait` then wakes up periodically instead.
+    """
+
+    SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.stop = StopRequest()
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._active = threading.current_thread() is threading.main_thread()
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+
+    def __enter__(self) -> "Waker":
+        if self._active:
+            self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+            for sig in self.SIGNALS:
+                handler = self.stop if sig != signal.SIGCHLD else (lambda _s, _f: None)
+                self._previous[sig] = signal.signal(sig, handler)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._active:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            signal.set_wakeup_fd(self._previous_fd)
+        os.close(self._read)
+        os.close(self._write)
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Returns after a signal arrived since the last call, or after ``timeout`` seconds."""
+        if not self._active:
+            timeout = _NO_SIGNAL_WAIT_S if timeout is None else min(timeout, _NO_SIGNAL_WAIT_S)
+        select.select([self._read], [], [], timeout)
+        try:
+            while os.read(self._read, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def command_argv(command: Sequence[str]) -> list[str]:
+    """The argv to execute: a single argument is a shell command line, several are run as is."""
+    if len(command) == 1:
+        return ["/bin/sh", "-c", command[0]]
+    return list(command)
+
+
+def bound_argv(argv: list[str], cores: Optional[str]) -> list[str]:
+    """``argv`` prefixed with ``taskset -c CORES`` when ``cores`` is given."""
+    if cores is None:
+        return argv
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise CannotStart("CPU binding needs taskset (util-linux), which is not on PATH; "
+                          "set BYTEPS_NUMA_ON=0")
+    return [taskset, "-c", cores, *argv]
+
+
+def spawn(label: str, argv: list[str], env: Mapping[str, str]) -> Child:
+    """Starts ``argv`` as the leader of a new session (so of its own process group)."""
+    try:
+        popen = subprocess.Popen(argv, env=dict(env), start_new_session=True)
+    except OSError as err:
+        raise CannotStart(f"cannot start {label} ({argv[0]}): {err}") from err
+    return Child(label, "worker" if label.startswith("local_rank") else label, popen)
+
+
+def supervise(children: list[Child], waker: Waker) -> int:
+    """Waits until every child exited 0 (returns 0), one failed (returns its code) or
+    bpslaunch was signalled (returns 128 + the signal)."""
+    while True:
+        if waker.stop.signum is not None:
+            note(f"received {signal.Signals(waker.stop.signum).name}; stopping")
+            return 128 + waker.stop.signum
+        statuses = [(child, child.status()) for child in children]
+        for child, status in statuses:
+            if status not in (None, 0):
+                others = "; stopping the others" if len(children) > 1 else ""
+                note(f"{child.label} {describe(status)}{others}")
+                return exit_code(status)
+        if all(status == 0 for _, status in statuses):
+            return 0
+        waker.wait()
+
+
+def stop_children(children: list[Child], signum: int, waker: Waker, grace: float = GRACE_S) -> None:
+    """Sends ``signum`` to every child's process group, SIGKILL to those still running after
+    ``grace`` seconds (or at once on a further SIGINT/SIGTERM), then reaps them.
+
+    Groups whose leader already exited are signalled too, so that strays left in them (e.g.
+    background processes of a shell command) do not outlive bpslaunch.  Leaders are reaped only
+    at the end, so their group ids cannot have been reused by then.
+    """
+    for child in children:
+        child.signal_group(signum)
+    deadline, signals_seen = time.monotonic() + grace, waker.stop.count
+    while waker.stop.count == signals_seen and any(c.status() is None for c in children):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        waker.wait(left)
+    stubborn = [child.label for child in children if child.status() is None]
+    if stubborn:
+        note(f"{', '.join(stubborn)} still running after {signal.Signals(signum).name}; "
+             f"sending SIGKILL")
+    for child in children:
+        child.signal_group(signal.SIGKILL)
+    for child in children:
+        child.popen.wait()
+
+
+def run_children(plan: list[tuple[str, list[str], dict[str, str]]]) -> int:
+    """Starts every (label, argv, env) of ``plan``, supervises them and cleans up."""
+    children: list[Child] = []
+    with Waker() as waker:
+        code = EXIT_CANNOT_START
+        try:
+            for label, argv, env in plan:
+                children.append(spawn(label, argv, env))
+            code = supervise(children, waker)
+        except CannotStart as err:
+            note(f"error: {err}")
+        finally:
+            signum = waker.stop.signum if waker.stop.signum is not None else signal.SIGTERM
+            stop_children(children, signum, waker)
+        return code
+
+
+# --------------------------------------------------------------------------------------------
+# Roles
+
+
+def worker_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """One (label, argv, env) per local rank."""
+    if not command:
+        raise LaunchConfigError("missing the command to run (bpslaunch COMMAND [ARGS...])")
+    local_size = local_size_from_env(env)
+    bindings = core_bindings(env, local_size)
+    base = command_argv(command)
+    plan = []
+    for rank in range(local_size):
+        cores = bindings[rank] if bindings else None
+        if cores is not None:
+            note(f"local rank {rank} bound to CPU cores {cores}")
+        rank_env = {**env, "BYTEPS_LOCAL_RANK": str(rank), "BYTEPS_LOCAL_SIZE": str(local_size)}
+        plan.append((f"local_rank:{rank}", bound_argv(base, cores), rank_env))
+    return plan
+
+
+def service_plan(role: str, env: dict[str, str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The core's ``server``/``scheduler`` process, or nothing for a single-worker job."""
+    if not is_distributed(env):
+        note(f"DMLC_NUM_WORKER=1 and BYTEPS_FORCE_DISTRIBUTED is not 1: a single-worker job "
+             f"needs no {role}; exiting")
+        return []
+    try:
+        core = corebin.find_core_binary()
+    except FileNotFoundError as err:
+        raise CannotStart(str(err)) from err
+    return [(role, [core, role], env)]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``bpslaunch`` console script; returns the exit code."""
+    command = list(sys.argv[1:] if argv is None else argv)
+    if command in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if command[:1] == ["--"]:
+        command = command[1:]
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    try:
+        role = check_env(env)
+        note(f"BytePS launching {role}")
+        plan = worker_plan(command, env) if role == "worker" else service_plan(role, env)
+    except LaunchConfigError as err:
+        note(f"error: {err}")
+        return EXIT_USAGE
+    except CannotStart as err:
+        note(f"error: {err}")
+        return EXIT_CANNOT_START
+    if not plan:
+        return 0
+    return run_children(plan)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -237,10 +237,11 @@ def test_servers_that_do_not_exit_fail_the_job(job: Job) -> None:
     job.assert_no_survivors()
 
 
-def test_service_exiting_early_is_only_noted(job: Job) -> None:
+def test_service_exiting_early_is_not_a_failure(job: Job) -> None:
+    # The scheduler ends the job as the last worker finishes, so services often exit first.
     r = job.run(["-n", "2"], ["exit0"], FAKE_CORE_SERVER="0")
     assert r.returncode == 0, r.stderr
-    assert "bpsrun: server:0 exited with code 0 before the workers finished" in r.stderr
+    assert "before the workers finished" not in r.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -262,6 +262,9 @@ def supervise(children: list[Child], opts: argparse.Namespace, stop: StopRequest
     services = [c for c in children if c.role != "worker"]
     finished: set[str] = set()
     services_deadline: Optional[float] = None
+    # Services leave as soon as the scheduler ends the job, often just before the workers' own
+    # exit: that is normal, so an early clean exit is only mentioned if the job then fails.
+    early: list[str] = []
     while True:
         code = interrupted(stop, deadline, opts, console)
         if code is not None:
@@ -271,11 +274,13 @@ def supervise(children: list[Child], opts: argparse.Namespace, stop: StopRequest
             if status is None or child.label in finished:
                 continue
             if status != 0:
+                for label in early:
+                    console.note(f"{label} had exited with code 0 before the workers finished")
                 console.note(f"{child.label} {describe(status)}; stopping the job")
                 return exit_code(status)
             finished.add(child.label)
             if child.role != "worker" and services_deadline is None:
-                console.note(f"{child.label} exited with code 0 before the workers finished")
+                early.append(child.label)
         if services_deadline is None and all(w.label in finished for w in workers):
             services_deadline = time.monotonic() + 2 * opts.grace
         if services_deadline is not None:

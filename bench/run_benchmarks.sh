@@ -2,7 +2,7 @@
 # Runs every core benchmark of docs/benchmarks.md in one go, on this machine, and prints the
 # figures (medians) next to their same-run baselines. Results (JSON) go to ${OUT:-bench-results}/.
 #   bash bench/run_benchmarks.sh            # all
-#   ONLY=loopback bash bench/run_benchmarks.sh   # one of: loopback reducer small gloo
+#   ONLY=loopback bash bench/run_benchmarks.sh   # one of: loopback reducer small gloo torch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-results}
@@ -61,4 +61,24 @@ PY
   else
     echo "(python3-torch not installed: apt-get install python3-torch for the gloo baseline)"
   fi
+fi
+
+if want torch; then
+  echo "== PyTorch synthetic benchmark: resnet18, 2 workers + 2 servers, byteps vs torch DDP (gloo) =="
+  ARGS="--model resnet18 --batch-size 16 --image-size 64 --num-iters 5 --num-batches-per-iter 3 --num-classes 100"
+  export OMP_NUM_THREADS=1
+  $BPSRUN -n 2 -s 2 -- /usr/bin/python3 examples/pytorch/benchmark_byteps.py $ARGS 2>&1 \
+    | tee "$OUT/torch_byteps.txt" | grep -E 'Img/sec|comm|RESULT' || true
+  $BPSRUN -n 2 -s 2 -- /usr/bin/python3 examples/pytorch/benchmark_byteps.py $ARGS --ddp-baseline 2>&1 \
+    | tee "$OUT/torch_ddp.txt" | grep -E 'Img/sec|comm|RESULT' || true
+  /usr/bin/python3 - "$OUT" <<'PY'
+import json, sys
+def result(p):
+    for line in open(p):
+        if "RESULT " in line:
+            return json.loads(line.split("RESULT ", 1)[1])
+b, d = result(f"{sys.argv[1]}/torch_byteps.txt"), result(f"{sys.argv[1]}/torch_ddp.txt")
+print(f"byteps {b['img_per_sec']:.1f} img/s vs DDP {d['img_per_sec']:.1f} img/s: {b['img_per_sec'] / d['img_per_sec']:.2f}x; "
+      f"byteps comm wait {b.get('comm_wait_s_per_iter', float('nan')) * 1000:.1f} ms/iter")
+PY
 fi

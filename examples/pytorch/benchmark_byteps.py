@@ -155,10 +155,13 @@ def init_gloo() -> tuple[int, int]:
     if "MASTER_PORT" not in env:
         if world > 1 and "DMLC_ROLE" not in env:
             raise SystemExit("--ddp-baseline: set MASTER_PORT (or start the job with a byteps launcher)")
+        # Rank 0 hosts the gloo rendezvous: it shares its own address (not the scheduler's, which
+        # may be another machine) and a free port with the others through byteps.
+        addr = env.get("MASTER_ADDR", env.get("DMLC_NODE_HOST", "127.0.0.1"))
         port = free_port() if rank == 0 else 0
         if world > 1:
-            port = bps.broadcast_object(port, root_rank=0, name="ddp_master_port")
-        env["MASTER_PORT"] = str(port)
+            addr, port = bps.broadcast_object((addr, port), root_rank=0, name="ddp_master_addr")
+        env["MASTER_ADDR"], env["MASTER_PORT"] = addr, str(port)
     env.setdefault("MASTER_ADDR", env.get("DMLC_PS_ROOT_URI", "127.0.0.1"))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     return rank, world

@@ -1,0 +1,99 @@
+"""Runs the model-shaped training comparison on the emulated cluster and prints the table of
+docs/benchmarks.md: images/sec of byteps (with priority scheduling), byteps without priority, and
+DDP (gloo bucketed all-reduce), n workers + n servers on separate hosts, links shaped to R.
+
+    python3 -m bench.model_shaped.run_testbed [--models vgg16,resnet50] [--n 4,8] \
+        [--modes byteps,byteps-nopriority,ddp] [--rate 1000] [--iters 6] [--warmup 1] [--out DIR]
+
+Each (model, n, mode) gets a fresh testbed (n worker hosts + n server hosts; the scheduler shares
+the first server host) and one job; rank 0's RESULT line is collected. Results are appended to
+DIR/model_shaped.json as they come, so an interrupted run keeps what it measured.
+byteps modes run with tuned settings for 1 Gbit/s-class links (docs/benchmarks.md, "Partition
+size, connections and credit"): BYTEPS_PARTITION_BYTES=262144, BYTEPS_CONNECTIONS_PER_PEER=1 and
+the workload's --credit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from tools.testbed.job import hosts_needed, run_job
+from tools.testbed.netns import Testbed
+
+REPO = Path(__file__).resolve().parents[2]
+ORIGINAL = {"vgg16": 2.00, "resnet50": 1.44}  # BytePS paper: speedup over Horovod-NCCL, 20 Gbit/s TCP
+TUNED = {"BYTEPS_PARTITION_BYTES": "262144", "BYTEPS_CONNECTIONS_PER_PEER": "1"}
+
+
+def run_one(model: str, n: int, mode: str, args: argparse.Namespace) -> dict:
+    argv = [sys.executable, "-m", "bench.model_shaped.workload", "--model", model, "--mode", mode,
+            "--iters", str(args.iters), "--warmup", str(args.warmup), "--link-gbit", str(args.rate / 1000)]
+    if mode.startswith("byteps"):
+        argv += ["--credit", str(args.credit)]
+    if args.time_scale != 1.0 or args.shrink != 1:  # smoke runs only: not comparable figures
+        argv += ["--time-scale", str(args.time_scale), "--shrink", str(args.shrink)]
+    env = {**TUNED, "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600"}
+    with Testbed(hosts_needed(n, n), rate_mbit=args.rate) as tb:
+        res = run_job(tb, n, n, argv, env=env, timeout=args.timeout, echo=False)
+    out = res.output("worker:0")
+    for line in out.splitlines():
+        if "RESULT " in line:
+            r = json.loads(line.split("RESULT ", 1)[1])
+            r["returncode"] = res.returncode
+            return r
+    return {"model": model, "mode": mode, "workers": n, "error": f"rc={res.returncode}", "tail": out[-2000:]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="vgg16,resnet50")
+    ap.add_argument("--n", default="4,8")
+    ap.add_argument("--modes", default="byteps,byteps-nopriority,ddp")
+    ap.add_argument("--rate", type=int, default=1000, help="Mbit/s per host, both directions")
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--credit", type=int, default=16)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="smoke tests only")
+    ap.add_argument("--shrink", type=int, default=1, help="smoke tests only")
+    args = ap.parse_args(argv)
+    ok, why = Testbed.available()
+    if not ok:
+        print(f"model_shaped: cannot build the emulated cluster: {why}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "model_shaped.json"
+    rows = []
+    t0 = time.monotonic()
+    for model in args.models.split(","):
+        for n in (int(x) for x in args.n.split(",")):
+            for mode in args.modes.split(","):
+                print(f"[{time.monotonic() - t0:6.0f}s] {model} n={n} {mode} ...", flush=True)
+                r = run_one(model, n, mode, args)
+                r.update({"model": model, "workers": n, "mode": mode, "rate_mbit": args.rate})
+                rows.append(r)
+                path.write_text(json.dumps(rows, indent=1))
+                print(f"         -> {r.get('img_per_sec', r.get('error'))}", flush=True)
+    print()
+    print(f"{'model':9} {'n':>2} {'byteps':>9} {'no-prio':>9} {'DDP':>9} {'byteps/DDP':>11} {'prio gain':>10} {'paper':>6}")
+    for model in args.models.split(","):
+        for n in (int(x) for x in args.n.split(",")):
+            get = {r["mode"]: r.get("img_per_sec") for r in rows if r["model"] == model and r["workers"] == n}
+            b, p, d = get.get("byteps"), get.get("byteps-nopriority"), get.get("ddp")
+            f = lambda v: f"{v:9.1f}" if v else f"{'-':>9}"
+            ratio = f"{b / d:10.2f}x" if b and d else f"{'-':>11}"
+            gain = f"{b / p - 1:+9.0%}" if b and p else f"{'-':>10}"
+            print(f"{model:9} {n:>2} {f(b)} {f(p)} {f(d)} {ratio} {gain} {ORIGINAL[model]:5.2f}x")
+    print(f"\nJSON in {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

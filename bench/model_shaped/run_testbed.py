@@ -36,7 +36,7 @@ def run_one(model: str, n: int, mode: str, args: argparse.Namespace) -> dict:
         argv += ["--credit", str(args.credit)]
     if args.time_scale != 1.0 or args.shrink != 1:  # smoke runs only: not comparable figures
         argv += ["--time-scale", str(args.time_scale), "--shrink", str(args.shrink)]
-    env = {**TUNED, "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
+    env = {**({} if args.no_tuned else TUNED), "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600"}
     with Testbed(hosts_needed(n, n), rate_mbit=args.rate) as tb:
         res = run_job(tb, n, n, argv, env=env, timeout=args.timeout, echo=False)
@@ -60,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--credit", type=int, default=16)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--no-tuned", action="store_true",
+                    help="byteps with its default partition size and connections (credit still --credit)")
     ap.add_argument("--time-scale", type=float, default=1.0, help="smoke tests only")
     ap.add_argument("--shrink", type=int, default=1, help="smoke tests only")
     args = ap.parse_args(argv)

@@ -1,9 +1,26 @@
 #include "cluster/role_main.h"
 
+#include "cluster/host_address.h"
 #include "cluster/scheduler.h"
 #include "common/logging.h"
 
 namespace byteps::cluster {
+
+ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role, int port) {
+  ClientOptions co;
+  co.role = role;
+  co.requested_rank = role == "worker" ? c.worker_id : -1;
+  co.host = AdvertisedHost(c.node_host, c.interface, c.root_uri);
+  co.port = port;
+  co.root_uri = c.root_uri;
+  co.root_port = c.root_port;
+  co.num_workers = c.num_workers;
+  co.num_servers = c.num_servers;
+  co.start_timeout_s = c.start_timeout_s;
+  co.heartbeat_interval_s = c.heartbeat_interval_s;
+  co.op_timeout_s = c.op_timeout_s;
+  return co;
+}
 
 Status RunScheduler(const config::Config& c) {
   SchedulerOptions o;

@@ -2,10 +2,18 @@
 // `byteps scheduler` does). Returns OK when every worker finished.
 #pragma once
 
+#include <string>
+
+#include "cluster/cluster_client.h"
 #include "common/status.h"
 #include "config/config.h"
 
 namespace byteps::cluster {
+
+// How a worker or server joins the job described by `config`: the scheduler's address, the job's
+// size, the deadlines, and the address it announces (cluster::AdvertisedHost). `port` is the data
+// port others connect to (servers; 0 for workers).
+ClientOptions ClientOptionsFor(const config::Config& config, const std::string& role, int port);
 
 Status RunScheduler(const config::Config& config);
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "cluster/cluster_client.h"
-#include "cluster/host_address.h"
+#include "cluster/role_main.h"
 #include "common/logging.h"
 #include "server/server.h"
 
@@ -17,7 +17,6 @@ Status RunServer(const config::Config& c) {
   o.transport.socket_buffer_bytes = c.socket_buffer_bytes;
   o.transport.max_payload_bytes = c.max_message_bytes;
   Server server(o);
-  std::string host = cluster::AdvertisedHost(c.node_host, c.interface, c.root_uri);
   auto port = server.Listen(c.node_host.empty() ? "0.0.0.0" : c.node_host, c.port);
   if (!port.ok()) return port.status();
 
@@ -26,21 +25,11 @@ Status RunServer(const config::Config& c) {
   to.io_threads = 1;
   to.name = "srv-ctl";
   auto control = transport::CreateTcpTransport(to);
-  cluster::ClientOptions co;
-  co.role = "server";
-  co.host = host;
-  co.port = port.value();
-  co.root_uri = c.root_uri;
-  co.root_port = c.root_port;
-  co.num_workers = c.num_workers;
-  co.num_servers = c.num_servers;
-  co.start_timeout_s = c.start_timeout_s;
-  co.heartbeat_interval_s = c.heartbeat_interval_s;
-  co.op_timeout_s = c.op_timeout_s;
+  cluster::ClientOptions co = cluster::ClientOptionsFor(c, "server", port.value());
   auto client = cluster::ClusterClient::Join(*control, co, nullptr);
   if (!client.ok()) return client.status();
   log::SetIdentity(fmt::format("server:{}", client.value()->rank()));
-  BYTEPS_LOG(Info, "serving on {}:{} for {} workers with {} engine threads", host, port.value(), c.num_workers,
+  BYTEPS_LOG(Info, "serving on {}:{} for {} workers with {} engine threads", co.host, port.value(), c.num_workers,
              c.server_engine_threads);
   Status st = client.value()->WaitTerminate();
   server.Shutdown();

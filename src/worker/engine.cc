@@ -7,7 +7,7 @@
 #include <cstring>
 #include <set>
 
-#include "cluster/host_address.h"
+#include "cluster/role_main.h"
 #include "common/logging.h"
 #include "worker/average.h"
 #include <unistd.h>
@@ -74,17 +74,7 @@ Status Engine::Connect() {
   topt.name = "worker";
   transport_ = transport::CreateTcpTransport(topt);
 
-  cluster::ClientOptions co;
-  co.role = "worker";
-  co.requested_rank = config_.worker_id;
-  co.host = cluster::AdvertisedHost(config_.node_host, config_.interface, config_.root_uri);
-  co.root_uri = config_.root_uri;
-  co.root_port = config_.root_port;
-  co.num_workers = config_.num_workers;
-  co.num_servers = config_.num_servers;
-  co.start_timeout_s = config_.start_timeout_s;
-  co.heartbeat_interval_s = config_.heartbeat_interval_s;
-  co.op_timeout_s = config_.op_timeout_s;
+  cluster::ClientOptions co = cluster::ClientOptionsFor(config_, "worker", 0);
   auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
   if (!client.ok()) return client.status();
   cluster_ = std::move(client.value());

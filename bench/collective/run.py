@@ -73,6 +73,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.collective import model  # noqa: E402
+from tools.testbed.netns import proc_stat_fields  # noqa: E402
 
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 GLOO_WORKER = REPO / "bench" / "collective" / "gloo_worker.py"
@@ -200,13 +201,8 @@ def build_plan(args: argparse.Namespace, sizes: list[int], iters: list[int]) -> 
 
 
 def _proc_cpu_ticks(pid: str) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    fields = proc_stat_fields(pid)
+    return None if fields is None else int(fields[11]) + int(fields[12])  # utime + stime
 
 
 def _cpu_times() -> tuple[float, float, float]:

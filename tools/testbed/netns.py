@@ -124,14 +124,22 @@ def _tbf(dev: str, rate_mbit: float, burst_kb: int, latency_ms: float, verb: str
 # Processes and namespaces
 
 
-def _proc_start_time(pid: int) -> Optional[int]:
-    """Start time (clock ticks since boot) of a live, non-zombie process, else None."""
+def proc_stat_fields(pid) -> Optional[list[bytes]]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 onwards), or None if the
+    process is gone. fields[0] is the state, fields[11]/[12] utime/stime, fields[19] start time."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def _proc_start_time(pid: int) -> Optional[int]:
+    """Start time (clock ticks since boot) of a live, non-zombie process, else None."""
+    fields = proc_stat_fields(pid)
+    if fields is None:
+        return None
     if fields[0] in (b"Z", b"X"):
         return None
     return int(fields[19])

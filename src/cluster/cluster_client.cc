@@ -17,32 +17,46 @@ namespace {
 constexpr double kVerdictGraceS = 5.0;
 }  // namespace
 
-ClusterClient::ClusterClient(const ClientOptions& options, FailureCallback on_failure)
-    : options_(options), on_failure_(std::move(on_failure)) {}
+ClusterClient::ClusterClient(transport::Transport& transport, const ClientOptions& options,
+                             FailureCallback on_failure)
+    : transport_(&transport), options_(options), on_failure_(std::move(on_failure)) {}
+
+protocol::RegisterRequest ClusterClient::MakeRegisterRequest(bool rejoin) const {
+  protocol::RegisterRequest req;
+  req.role = options_.role;
+  req.requested_rank = rejoin ? rank_ : options_.requested_rank;
+  req.host = options_.host;
+  req.port = options_.port;
+  req.pid = static_cast<int>(getpid());
+  req.num_workers = options_.num_workers;
+  req.num_servers = options_.num_servers;
+  req.rejoin = rejoin;
+  return req;
+}
+
+std::shared_ptr<transport::Connection> ClusterClient::Conn() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return conn_;
+}
 
 StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transport& transport,
                                                               const ClientOptions& options,
                                                               FailureCallback on_failure) {
-  std::unique_ptr<ClusterClient> c(new ClusterClient(options, std::move(on_failure)));
+  std::unique_ptr<ClusterClient> c(new ClusterClient(transport, options, std::move(on_failure)));
   auto t0 = std::chrono::steady_clock::now();
   auto conn = transport.Connect(options.root_uri, options.root_port, c.get(), options.start_timeout_s);
   if (!conn.ok()) {
     return Unavailable(fmt::format("cannot reach the scheduler at {}:{} (DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT): {}",
                                    options.root_uri, options.root_port, conn.status().message()));
   }
-  c->conn_ = conn.value();
-  c->conn_->set_peer_name(fmt::format("scheduler ({}:{})", options.root_uri, options.root_port));
-  protocol::RegisterRequest req;
-  req.role = options.role;
-  req.requested_rank = options.requested_rank;
-  req.host = options.host;
-  req.port = options.port;
-  req.pid = static_cast<int>(getpid());
-  req.num_workers = options.num_workers;
-  req.num_servers = options.num_servers;
+  conn.value()->set_peer_name(fmt::format("scheduler ({}:{})", options.root_uri, options.root_port));
+  {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    c->conn_ = conn.value();
+  }
   Header h;
   h.opcode = Opcode::kRegister;
-  BYTEPS_RETURN_IF_ERROR(c->conn_->SendCopy(h, protocol::Encode(req)));
+  BYTEPS_RETURN_IF_ERROR(conn.value()->SendCopy(h, protocol::Encode(c->MakeRegisterRequest(false))));
   // The scheduler enforces BYTEPS_START_TIMEOUT and then tells everyone what is missing; wait a
   // little longer than that so its verdict (which names the missing nodes) arrives first.
   double left = options.start_timeout_s + kVerdictGraceS -
@@ -73,7 +87,8 @@ ClusterClient::~ClusterClient() {
   }
   cv_.notify_all();
   if (heartbeat_.joinable()) heartbeat_.join();
-  if (conn_) conn_->Close(Aborted("cluster client closed"));
+  if (rejoin_.joinable()) rejoin_.join();
+  if (auto c = Conn()) c->Close(Aborted("cluster client closed"));
 }
 
 std::vector<protocol::NodeInfo> ClusterClient::servers() const {
@@ -110,7 +125,11 @@ Status ClusterClient::Barrier(uint64_t id, bool all_nodes) {
   h.opcode = Opcode::kBarrier;
   h.key = id;
   h.flags = all_nodes ? 1 : 0;
-  BYTEPS_RETURN_IF_ERROR(conn_->SendCopy(h, ""));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_barriers_[id] = all_nodes;
+  }
+  (void)Conn()->SendCopy(h, "");  // if the connection dropped, the rejoin asks again
   return WaitFor([&] { return released_barriers_.count(id) > 0; }, options_.op_timeout_s,
                  fmt::format("barrier {}", id));
 }
@@ -123,7 +142,13 @@ Status ClusterClient::Finish(const Status& local_failure) {
   Header h;
   h.opcode = Opcode::kFinish;
   h.arg = local_failure.ok() ? 0 : 1;
-  BYTEPS_RETURN_IF_ERROR(conn_->SendCopy(h, local_failure.message()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finish_sent_ = true;
+    finish_arg_ = h.arg;
+    finish_message_ = local_failure.message();
+  }
+  (void)Conn()->SendCopy(h, local_failure.message());  // if the connection dropped, the rejoin repeats it
   if (!local_failure.ok()) return local_failure;
   BYTEPS_RETURN_IF_ERROR(WaitFor([&] { return terminated_; }, options_.op_timeout_s,
                                  "shutdown (waiting for the other workers to finish)"));
@@ -166,6 +191,8 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
         refusal_ = r.status().message();
       } else if (!r->error.empty()) {
         refusal_ = r->error;
+      } else if (rejoining_) {
+        rejoined_ = true;  // same rank and table as before
       } else {
         rank_ = r->rank;
         nodes_ = r->nodes;
@@ -177,6 +204,7 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
     case Opcode::kBarrierRelease: {
       std::lock_guard<std::mutex> lock(mu_);
       released_barriers_.insert(h.key);
+      pending_barriers_.erase(h.key);
       cv_.notify_all();
       break;
     }
@@ -202,15 +230,107 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
 }
 
 void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
-  bool expected;
+  std::thread previous;
+  bool started = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    expected = terminated_ || stopping_;
+    if (terminated_ || stopping_ || !failure_.ok() || &c != conn_.get()) return;  // expected or stale
+    if (rejoining_) return;  // a rejoin attempt's connection dropped: the rejoin thread goes on
+    // Before the rendezvous there is nothing to rejoin (registration itself has a deadline).
+    if (registered_ && options_.reconnect_timeout_s > 0) {
+      rejoining_ = true;
+      previous = std::move(rejoin_);  // finished (rejoining_ was false); joined below, unlocked
+      rejoin_ = std::thread([this, reason] { Rejoin(reason); });
+      started = true;
+    }
   }
-  if (!expected) {
-    Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}", options_.root_uri,
-                                 options_.root_port, reason.message())));
+  if (previous.joinable()) previous.join();
+  if (started) return;
+  Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}", options_.root_uri,
+                               options_.root_port, reason.message())));
+}
+
+void ClusterClient::Rejoin(Status reason) {
+  pthread_setname_np(pthread_self(), "bps-rejoin");
+  BYTEPS_LOG(Warning, "lost the connection to the scheduler at {}:{}: {}; reconnecting (BYTEPS_RECONNECT_TIMEOUT={:g} s)",
+             options_.root_uri, options_.root_port, reason.message(), options_.reconnect_timeout_s);
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(options_.reconnect_timeout_s));
+  Status last = reason;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || terminated_ || !failure_.ok()) break;
+    }
+    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        rejoining_ = false;
+      }
+      Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}; could not reconnect "
+                                   "within {:g} s (BYTEPS_RECONNECT_TIMEOUT): {}",
+                                   options_.root_uri, options_.root_port, reason.message(),
+                                   options_.reconnect_timeout_s, last.message())));
+      return;
+    }
+    last = TryRejoin(std::min(left, 1.0));  // short attempts: a shutdown must not wait long
+    if (last.ok()) break;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  rejoining_ = false;
+}
+
+Status ClusterClient::TryRejoin(double timeout_s) {
+  auto conn = transport_->Connect(options_.root_uri, options_.root_port, this, timeout_s);
+  if (!conn.ok()) return conn.status();
+  auto c = conn.value();
+  c->set_peer_name(fmt::format("scheduler ({}:{})", options_.root_uri, options_.root_port));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    conn_ = c;
+    rejoined_ = false;
+    refusal_.clear();
+  }
+  Header h;
+  h.opcode = Opcode::kRegister;
+  BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, protocol::Encode(MakeRegisterRequest(true))));
+  std::unique_lock<std::mutex> lock(mu_);
+  bool answered = cv_.wait_for(lock, std::chrono::duration<double>(std::max(timeout_s, 1.0)), [&] {
+    return rejoined_ || terminated_ || !refusal_.empty() || c->closed() || stopping_;
+  });
+  if (terminated_ || stopping_) return Status::Ok();
+  if (!refusal_.empty()) {
+    std::string why = refusal_;
+    lock.unlock();
+    Fail(Aborted("the scheduler refused this " + options_.role + "'s rejoin: " + why));
+    return Status::Ok();
+  }
+  if (!answered || !rejoined_) return Unavailable(answered ? "the new connection dropped" : "no answer to the rejoin");
+  // Repeat what the scheduler may have missed while we were away.
+  std::vector<std::pair<uint64_t, bool>> barriers(pending_barriers_.begin(), pending_barriers_.end());
+  bool finish = finish_sent_;
+  uint32_t arg = finish_arg_;
+  std::string message = finish_message_;
+  lock.unlock();
+  for (auto& [id, all] : barriers) {
+    Header b;
+    b.opcode = Opcode::kBarrier;
+    b.key = id;
+    b.flags = all ? 1 : 0;
+    (void)c->SendCopy(b, "");
+  }
+  if (finish) {
+    Header f;
+    f.opcode = Opcode::kFinish;
+    f.arg = arg;
+    (void)c->SendCopy(f, message);
+  }
+  BYTEPS_LOG(Warning, "rejoined the job through the scheduler at {}:{}", options_.root_uri, options_.root_port);
+  return Status::Ok();
 }
 
 void ClusterClient::HeartbeatLoop() {
@@ -219,10 +339,11 @@ void ClusterClient::HeartbeatLoop() {
   while (!stopping_ && !terminated_) {
     cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_interval_s));
     if (stopping_ || terminated_) break;
+    auto conn = conn_;
     lock.unlock();
     Header h;
     h.opcode = Opcode::kHeartbeat;
-    (void)conn_->SendCopy(h, "");
+    (void)conn->SendCopy(h, "");
     lock.lock();
   }
 }

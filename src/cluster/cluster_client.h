@@ -7,6 +7,7 @@
 
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -31,6 +32,7 @@ struct ClientOptions {
   double start_timeout_s = 60;
   double heartbeat_interval_s = 1;  // 0 = off
   double op_timeout_s = 300;        // barrier / finish deadline
+  double reconnect_timeout_s = 5;   // a dropped scheduler connection is re-established within this
 };
 
 class ClusterClient : public transport::Handler {
@@ -66,14 +68,22 @@ class ClusterClient : public transport::Handler {
   void OnClose(transport::Connection& c, const Status& reason) override;
 
  private:
-  ClusterClient(const ClientOptions& options, FailureCallback on_failure);
+  ClusterClient(transport::Transport& transport, const ClientOptions& options, FailureCallback on_failure);
+  protocol::RegisterRequest MakeRegisterRequest(bool rejoin) const;
+  std::shared_ptr<transport::Connection> Conn() const;
   void Fail(const Status& st);
   void HeartbeatLoop();
+  // After the scheduler connection dropped (not at the job's end): reconnect, register again as
+  // the same node, repeat the barrier / Finish it was waiting on. Fails the node after
+  // reconnect_timeout_s.
+  void Rejoin(Status reason);
+  Status TryRejoin(double timeout_s);
   Status WaitFor(const std::function<bool()>& done, double timeout_s, const std::string& what);
 
+  transport::Transport* const transport_;
   ClientOptions options_;
   FailureCallback on_failure_;
-  std::shared_ptr<transport::Connection> conn_;
+  std::shared_ptr<transport::Connection> conn_;  // guarded by mu_ (replaced on rejoin)
   int rank_ = -1;
   std::vector<protocol::NodeInfo> nodes_;
 
@@ -86,7 +96,14 @@ class ClusterClient : public transport::Handler {
   uint64_t terminate_code_ = 0;
   bool stopping_ = false;
   Status failure_;
+  std::map<uint64_t, bool> pending_barriers_;    // id -> all_nodes, until released
+  bool finish_sent_ = false;
+  uint32_t finish_arg_ = 0;
+  std::string finish_message_;
+  bool rejoining_ = false;
+  bool rejoined_ = false;                        // RegisterReply for the current rejoin arrived
   std::thread heartbeat_;
+  std::thread rejoin_;
 };
 
 }  // namespace byteps::cluster

@@ -11,7 +11,7 @@ ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role,
   co.role = role;
   co.requested_rank = role == "worker" ? c.worker_id : -1;
   co.host = AdvertisedHost(c.node_host, c.interface, c.root_uri);
-  co.port = port;
+  co.port = c.advertise_port > 0 ? c.advertise_port : port;  // e.g. behind a proxy or NAT
   co.root_uri = c.root_uri;
   co.root_port = c.root_port;
   co.num_workers = c.num_workers;
@@ -19,7 +19,21 @@ ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role,
   co.start_timeout_s = c.start_timeout_s;
   co.heartbeat_interval_s = c.heartbeat_interval_s;
   co.op_timeout_s = c.op_timeout_s;
+  co.reconnect_timeout_s = c.reconnect_timeout_s;
   return co;
+}
+
+transport::TransportOptions TransportOptionsFor(const config::Config& c, const std::string& name) {
+  transport::TransportOptions t;
+  t.name = name;
+  t.io_threads = c.io_threads;
+  t.socket_buffer_bytes = c.socket_buffer_bytes;
+  t.max_payload_bytes = c.max_message_bytes;
+  t.secret = c.job_secret;
+  t.checksum = c.checksum;
+  t.auth_timeout_s = c.auth_timeout_s;
+  t.max_connections = c.max_connections;
+  return t;
 }
 
 Status RunScheduler(const config::Config& c) {
@@ -30,8 +44,10 @@ Status RunScheduler(const config::Config& c) {
   o.num_servers = c.num_servers;
   o.start_timeout_s = c.start_timeout_s;
   o.heartbeat_timeout_s = c.heartbeat_interval_s > 0 ? c.heartbeat_timeout_s : 0;
+  o.reconnect_timeout_s = c.reconnect_timeout_s;
+  o.transport = TransportOptionsFor(c, "sched");
   o.transport.io_threads = 1;
-  o.transport.max_payload_bytes = 1 << 20;
+  o.transport.max_payload_bytes = 1 << 20;  // control frames only
   auto s = Scheduler::Start(o);
   if (!s.ok()) return s.status();
   Status st = s.value()->Wait();

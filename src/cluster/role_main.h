@@ -15,6 +15,10 @@ namespace byteps::cluster {
 // port others connect to (servers; 0 for workers).
 ClientOptions ClientOptionsFor(const config::Config& config, const std::string& role, int port);
 
+// The transport settings of `config` (threads, buffers, limits, job secret, checksum) for a
+// transport whose threads are called `name`.
+transport::TransportOptions TransportOptionsFor(const config::Config& config, const std::string& name);
+
 Status RunScheduler(const config::Config& config);
 
 }  // namespace byteps::cluster

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/logging.h"
 
@@ -91,7 +92,12 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
       auto it = nodes_.find(&c);
       Node& node = it->second;
       node.last_seen = Clock::now();
-      if (h.opcode == Opcode::kBarrier && rendezvous_done_) {
+      if (h.opcode == Opcode::kBarrier && rendezvous_done_ && released_barriers_.count(h.key)) {
+        Header r;  // asked again after a rejoin: the release it missed
+        r.opcode = Opcode::kBarrierRelease;
+        r.key = h.key;
+        out.push_back({node.conn, {r, ""}});
+      } else if (h.opcode == Opcode::kBarrier && rendezvous_done_) {
         auto& members = barriers_[h.key];
         members.insert(&c);
         size_t expected = h.flags == 1 ? nodes_.size() : static_cast<size_t>(options_.num_workers);
@@ -103,6 +109,7 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
             out.push_back({nodes_[m].conn, {r, ""}});
           }
           barriers_.erase(h.key);
+          released_barriers_.insert(h.key);
         }
       } else if (h.opcode == Opcode::kFinish && !node.finished && !job_over_ && h.arg != 0) {
         protocol::NodeInfo info = node.info;
@@ -137,6 +144,10 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
     return;
   }
   const auto& r = req.value();
+  if (r.rejoin) {
+    HandleRejoin(c, r, out);
+    return;
+  }
   if (r.role != "worker" && r.role != "server") {
     reject(fmt::format("unknown role '{}'", r.role));
     return;
@@ -190,6 +201,54 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
   MaybeCompleteRendezvousLocked(out);
 }
 
+void Scheduler::HandleRejoin(transport::Connection& c, const protocol::RegisterRequest& r, Outbox* out) {
+  auto conn = c.shared_from_this();
+  Header h;
+  h.opcode = Opcode::kRegisterReply;
+  protocol::RegisterReply reply;
+  auto same = [&](const Node& n) {
+    return n.info.role == r.role && n.info.rank == r.requested_rank && n.info.pid == r.pid;
+  };
+  std::optional<Node> node;
+  if (job_over_) {
+    // It missed the end of the job: tell it how it ended.
+    Header t;
+    t.opcode = Opcode::kTerminate;
+    t.arg = result_.ok() ? 0 : 1;
+    out->push_back({conn, {t, ""}});
+    return;
+  }
+  if (!rendezvous_done_) {
+    reply.error = "cannot rejoin before the job started";
+  } else if (auto it = std::find_if(lost_.begin(), lost_.end(), [&](const LostNode& l) { return same(l.node); });
+             it != lost_.end()) {
+    node = it->node;
+    lost_.erase(it);
+  } else if (auto nt = std::find_if(nodes_.begin(), nodes_.end(), [&](const auto& e) { return same(e.second); });
+             nt != nodes_.end()) {
+    // Its old connection has not been seen closing yet: forget it (its OnClose is then ignored).
+    node = nt->second;
+    for (auto& [_, members] : barriers_) members.erase(nt->first);
+    nodes_.erase(nt);
+  } else {
+    reply.error = fmt::format("{} {} (pid {}) is not a live node of this job; it cannot rejoin", r.role,
+                              r.requested_rank, r.pid);
+  }
+  if (!node) {
+    BYTEPS_LOG(Error, "refused rejoin from {}: {}", c.peer_name(), reply.error);
+    out->push_back({conn, {h, protocol::Encode(reply)}});
+    return;
+  }
+  node->conn = conn;
+  node->last_seen = Clock::now();
+  nodes_[&c] = *node;
+  c.set_peer_name(protocol::Describe(node->info));
+  reply.rank = node->info.rank;
+  reply.nodes = table_;
+  BYTEPS_LOG(Warning, "{} rejoined after its connection dropped", protocol::Describe(node->info));
+  out->push_back({conn, {h, protocol::Encode(reply)}});
+}
+
 void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   if (nodes_.size() != static_cast<size_t>(options_.num_workers + options_.num_servers)) return;
   // Ranks: requested ones first, then the free ranks in registration order (map order is by
@@ -228,6 +287,7 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
     h.opcode = Opcode::kRegisterReply;
     out->push_back({n->conn, {h, protocol::Encode(reply)}});
   }
+  table_ = reply.nodes;
   rendezvous_done_ = true;
   BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);
 }
@@ -301,10 +361,19 @@ void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
     nodes_.erase(it);
     cv_.notify_all();
     for (auto& [_, members] : barriers_) members.erase(&c);
-    if (job_over_ || node.finished) return;
+    if (job_over_) return;
     if (!rendezvous_done_) {
       BYTEPS_LOG(Warning, "{} (pid {}) disconnected before the job started: {}", node.info.role,
                  node.info.pid, reason.message());
+      return;
+    }
+    if (options_.reconnect_timeout_s > 0 || node.finished) {
+      // A dropped connection is not yet a death: the node may rejoin (transient reset).
+      BYTEPS_LOG(Warning, "lost the connection to {}: {}; it has {:g} s to rejoin (BYTEPS_RECONNECT_TIMEOUT)",
+                 protocol::Describe(node.info), reason.message(), options_.reconnect_timeout_s);
+      lost_.push_back({node, reason.message(),
+                       Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(options_.reconnect_timeout_s))});
       return;
     }
     FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({})", protocol::Describe(node.info),
@@ -331,6 +400,18 @@ void Scheduler::Watchdog() {
                                                  "(BYTEPS_START_TIMEOUT): {}",
                                                  options_.start_timeout_s, MissingLocked())),
                     nullptr, &out);
+    } else if (!lost_.empty() && now >= std::min_element(lost_.begin(), lost_.end(), [](auto& a, auto& b) {
+                                            return a.deadline < b.deadline;
+                                          })->deadline) {
+      auto it = std::min_element(lost_.begin(), lost_.end(), [](auto& a, auto& b) { return a.deadline < b.deadline; });
+      protocol::NodeInfo info = it->node.info;
+      bool finished = it->node.finished;
+      lost_.erase(it);
+      if (!finished)  // a finished worker that went away early is no failure
+        FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({}) and not re-established within {:g} s "
+                                            "(BYTEPS_RECONNECT_TIMEOUT)",
+                                            protocol::Describe(info), it->reason, options_.reconnect_timeout_s)),
+                    &info, &out);
     } else if (rendezvous_done_ && options_.heartbeat_timeout_s > 0) {
       for (auto& [ptr, n] : nodes_) {
         double silent = std::chrono::duration<double>(now - n.last_seen).count();

@@ -33,6 +33,7 @@ struct SchedulerOptions {
   int num_servers = 1;
   double start_timeout_s = 60;
   double heartbeat_timeout_s = 15;  // 0 = heartbeats not checked
+  double reconnect_timeout_s = 5;   // a node whose connection dropped may rejoin within this
   transport::TransportOptions transport;
 };
 
@@ -65,6 +66,8 @@ class Scheduler : public transport::Handler {
 
   explicit Scheduler(const SchedulerOptions& options);
   void HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out);
+  // A registered node whose connection dropped reconnects (RegisterRequest.rejoin).
+  void HandleRejoin(transport::Connection& c, const protocol::RegisterRequest& r, Outbox* out);
   void MaybeCompleteRendezvousLocked(Outbox* out);
   void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
   void TerminateLocked(uint64_t code, Outbox* out);
@@ -84,6 +87,15 @@ class Scheduler : public transport::Handler {
   Status result_;
   int finished_workers_ = 0;
   std::map<uint64_t, std::set<transport::Connection*>> barriers_;
+  std::set<uint64_t> released_barriers_;  // a node that rejoins may ask again
+  std::vector<protocol::NodeInfo> table_;  // the address table sent at rendezvous
+  // Nodes whose connection dropped after the rendezvous: they have until `deadline` to rejoin.
+  struct LostNode {
+    Node node;
+    std::string reason;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<LostNode> lost_;
   std::chrono::steady_clock::time_point start_time_;
   std::thread watchdog_;
 };

@@ -32,6 +32,7 @@ struct Config {
   std::string interface;               // DMLC_INTERFACE (NIC whose IPv4 address is announced)
   std::string node_host;               // DMLC_NODE_HOST (explicit address; wins over interface)
   int port = 0;                        // DMLC_PORT (0: ephemeral)
+  int advertise_port = 0;              // BYTEPS_ADVERTISE_PORT (0: the bound port)
   int local_rank = 0;                  // BYTEPS_LOCAL_RANK
   int local_size = 1;                  // BYTEPS_LOCAL_SIZE
   int global_rank = -1;                // BYTEPS_GLOBAL_RANK (-1: derived)
@@ -50,12 +51,18 @@ struct Config {
   int io_threads = 2;                  // BYTEPS_IO_THREADS
   size_t socket_buffer_bytes = 4u << 20;    // BYTEPS_SOCKET_BUFFER_BYTES
   size_t max_message_bytes = 1ull << 30;    // BYTEPS_MAX_MESSAGE_BYTES
+  int max_connections = 1024;          // BYTEPS_MAX_CONNECTIONS (accepted, per process)
+  bool checksum = false;               // BYTEPS_CHECKSUM (CRC32C on every frame)
 
   // Deadlines (seconds).
   double start_timeout_s = 60;         // BYTEPS_START_TIMEOUT: rendezvous must complete by then
   double op_timeout_s = 300;           // BYTEPS_TIMEOUT: a push_pull/barrier/shutdown wait
   double heartbeat_interval_s = 1;     // PS_HEARTBEAT_INTERVAL
   double heartbeat_timeout_s = 15;     // PS_HEARTBEAT_TIMEOUT: silent node declared dead
+  double reconnect_timeout_s = 5;      // BYTEPS_RECONNECT_TIMEOUT: a dropped connection must be
+                                       // re-established by then, else its peer is declared dead
+  double auth_timeout_s = 10;          // BYTEPS_AUTH_TIMEOUT: an accepted connection must
+                                       // authenticate (or say Hello) by then
 
   // Logging.
   log::Level log_level = log::Level::kWarning;  // BYTEPS_LOG_LEVEL

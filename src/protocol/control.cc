@@ -69,7 +69,8 @@ std::string Encode(const RegisterRequest& m) {
   return json{{"role", m.role},         {"requested_rank", m.requested_rank},
               {"host", m.host},         {"port", m.port},
               {"pid", m.pid},           {"num_workers", m.num_workers},
-              {"num_servers", m.num_servers}, {"job_secret_hash", m.job_secret_hash}}
+              {"num_servers", m.num_servers}, {"job_secret_hash", m.job_secret_hash},
+              {"rejoin", m.rejoin}}
       .dump();
 }
 
@@ -100,6 +101,10 @@ StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
   BYTEPS_RETURN_IF_ERROR(GetInt(j, "num_workers", &m.num_workers, what));
   BYTEPS_RETURN_IF_ERROR(GetInt(j, "num_servers", &m.num_servers, what));
   BYTEPS_RETURN_IF_ERROR(GetString(j, "job_secret_hash", &m.job_secret_hash, what));
+  if (auto it = j.find("rejoin"); it != j.end()) {  // optional (absent: a first registration)
+    if (!it->is_boolean()) return ProtocolError(fmt::format("{}: field 'rejoin' is not a boolean", what));
+    m.rejoin = it->get<bool>();
+  }
   return m;
 }
 

@@ -30,7 +30,8 @@ struct RegisterRequest {
   int pid = 0;
   int num_workers = 0;  // what this node believes the job size is (checked by the scheduler)
   int num_servers = 0;
-  std::string job_secret_hash;  // reserved for authentication (empty today)
+  std::string job_secret_hash;  // reserved (authentication happens per connection, auth.h)
+  bool rejoin = false;  // reconnecting after a dropped connection: requested_rank is its rank
 };
 
 struct RegisterReply {

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
+#include "common/crc32c.h"
+
 namespace byteps::protocol {
 namespace {
 
@@ -34,10 +38,18 @@ constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffOpcode = 5, kOffDtype = 6, 
 // arg is 4 bytes on the wire; the remaining fields fill exactly 48 bytes.
 static_assert(kOffArg + 4 == kHeaderSize, "header layout must fill kHeaderSize bytes");
 
+// Low 16 bits of the CRC-32C of the header with its checksum field (the pad) zero.
+uint16_t HeaderCrc(const uint8_t* header) {
+  uint8_t copy[kHeaderSize];
+  std::memcpy(copy, header, kHeaderSize);
+  copy[kOffPad] = copy[kOffPad + 1] = 0;
+  return static_cast<uint16_t>(Crc32c(0, copy, kHeaderSize));
+}
+
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 22);
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 24);
 }
 
 const char* OpcodeName(Opcode op) {
@@ -58,6 +70,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kError: return "Error";
     case Opcode::kLocalReady: return "LocalReady";
     case Opcode::kLocalDone: return "LocalDone";
+    case Opcode::kAuthChallenge: return "AuthChallenge";
+    case Opcode::kAuthResponse: return "AuthResponse";
   }
   return "Unknown";
 }
@@ -76,6 +90,7 @@ void EncodeHeader(const Header& h, uint8_t* out) {
   Put64(out + kOffRequest, h.request_id);
   Put64(out + kOffPayload, h.payload_len);
   Put32(out + kOffArg, static_cast<uint32_t>(h.arg));
+  if (h.flags & kFlagChecksum) Put16(out + kOffPad, HeaderCrc(out));
 }
 
 StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload) {
@@ -93,6 +108,10 @@ StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payl
   }
   if (!IsKnownOpcode(data[kOffOpcode])) {
     return ProtocolError(fmt::format("unknown opcode {}", data[kOffOpcode]));
+  }
+  if ((Get16(data + kOffFlags) & kFlagChecksum) && Get16(data + kOffPad) != HeaderCrc(data)) {
+    return ProtocolError(fmt::format("corrupt frame header (checksum 0x{:04x}, computed 0x{:04x})",
+                                     Get16(data + kOffPad), HeaderCrc(data)));
   }
   Header h;
   h.opcode = static_cast<Opcode>(data[kOffOpcode]);

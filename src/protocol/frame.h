@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 1;
+inline constexpr uint8_t kWireVersion = 2;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -36,7 +36,16 @@ enum class Opcode : uint8_t {
   // Same-host local reduce (Unix socket between a non-root and its local root).
   kLocalReady = 21,     // non-root -> root: my slot of (key, round) is written; payload KeyInit JSON
   kLocalDone = 22,      // root -> non-root: the result of (key, round) is in the result segment
+  // Connection authentication (BYTEPS_JOB_SECRET set): the first frames both ways (auth.h).
+  kAuthChallenge = 23,  // payload: kAuthNonceBytes random bytes
+  kAuthResponse = 24,   // payload: HMAC-SHA256 proof over the peer's challenge (kAuthProofBytes)
 };
+
+// Header flag: the header's bytes 18..19 hold the low 16 bits of the CRC-32C of the header (with
+// those bytes zero), and the payload is followed by a 4-byte little-endian CRC-32C of the payload
+// (a trailer not counted in payload_len). Set by senders with BYTEPS_CHECKSUM=1.
+inline constexpr uint16_t kFlagChecksum = 0x0001;
+inline constexpr size_t kTrailerSize = 4;
 
 bool IsKnownOpcode(uint8_t op);
 const char* OpcodeName(Opcode op);
@@ -53,10 +62,12 @@ struct Header {
   uint32_t arg = 0;         // opcode-specific (e.g. kTerminate exit status); 4 bytes on the wire
 };
 
-// Writes exactly kHeaderSize bytes into out.
+// Writes exactly kHeaderSize bytes into out (with the header checksum when h.flags has
+// kFlagChecksum).
 void EncodeHeader(const Header& h, uint8_t* out);
 
-// Decodes and validates magic, version, opcode and payload_len <= max_payload.
+// Decodes and validates magic, version, opcode, the header checksum (when flagged) and
+// payload_len <= max_payload.
 // Errors name the field: "bad magic 0x...", "unsupported wire version 7 (this build speaks 1)",
 // "unknown opcode 200", "payload of 5000000000 bytes exceeds the limit of 1073741824 (BYTEPS_MAX_MESSAGE_BYTES)".
 StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload);

@@ -13,17 +13,15 @@ Status RunServer(const config::Config& c) {
   ServerOptions o;
   o.num_workers = c.num_workers;
   o.engine_threads = c.server_engine_threads;
-  o.transport.io_threads = c.io_threads;
-  o.transport.socket_buffer_bytes = c.socket_buffer_bytes;
-  o.transport.max_payload_bytes = c.max_message_bytes;
+  o.transport = cluster::TransportOptionsFor(c, "server");
   Server server(o);
   auto port = server.Listen(c.node_host.empty() ? "0.0.0.0" : c.node_host, c.port);
   if (!port.ok()) return port.status();
 
   // The scheduler connection uses its own small transport so control never queues behind data.
-  transport::TransportOptions to;
+  transport::TransportOptions to = cluster::TransportOptionsFor(c, "srv-ctl");
   to.io_threads = 1;
-  to.name = "srv-ctl";
+  to.max_payload_bytes = 1 << 20;
   auto control = transport::CreateTcpTransport(to);
   cluster::ClientOptions co = cluster::ClientOptionsFor(c, "server", port.value());
   auto client = cluster::ClusterClient::Join(*control, co, nullptr);

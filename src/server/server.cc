@@ -12,7 +12,6 @@ using protocol::Opcode;
 Server::Server(const ServerOptions& options) : options_(options) {
   int n = std::max(1, options_.engine_threads);
   for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers));
-  options_.transport.name = "server";
   transport_ = transport::CreateTcpTransport(options_.transport);
 }
 

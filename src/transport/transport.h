@@ -71,6 +71,13 @@ struct TransportOptions {
   size_t socket_buffer_bytes = 4u << 20;  // 0 = OS default
   uint64_t max_payload_bytes = 1ull << 30;
   std::string name = "byteps";            // thread names: "<name>-io<i>"
+  // Non-empty: every connection authenticates with this job secret (protocol/auth.h) before any
+  // frame reaches the Handler; Connect returns only once the peer proved it knows the secret.
+  std::string secret;
+  bool checksum = false;        // send CRC-32C with every frame and require it on receipt
+  double auth_timeout_s = 10;   // accepted connections must authenticate (or, without a secret,
+                                // deliver a first frame) within this, else they are dropped
+  int max_connections = 1024;   // accepted connections open at once; more are refused
 };
 
 class Transport {
@@ -79,7 +86,8 @@ class Transport {
   // Listens on host:port (port 0 = ephemeral); returns the bound port. Accepted connections use
   // `handler` (borrowed; must outlive the transport).
   virtual StatusOr<int> Listen(const std::string& host, int port, Handler* handler) = 0;
-  // Connects, retrying refused connections until timeout_s has passed.
+  // Connects, retrying refused connections until timeout_s has passed; with a secret, also
+  // authenticates within that time (an authentication failure is not retried).
   virtual StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port,
                                                         Handler* handler, double timeout_s) = 0;
   // Same-host variants over a Unix socket named `name` (abstract namespace).

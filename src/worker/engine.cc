@@ -10,6 +10,8 @@
 #include "cluster/role_main.h"
 #include "common/logging.h"
 #include "worker/average.h"
+
+#include <pthread.h>
 #include <unistd.h>
 
 namespace byteps::worker {
@@ -55,6 +57,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
     lo.job = JobToken(config);
     lo.host_id = std::max(0, config.worker_id);
     lo.start_timeout_s = config.start_timeout_s;
+    lo.transport = cluster::TransportOptionsFor(config, "bps-local");
     Engine* raw = e.get();
     auto local = LocalReducer::Start(lo, [raw](const Status& st) { raw->FailAll(st); });
     if (!local.ok()) return local.status();
@@ -67,12 +70,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
 }
 
 Status Engine::Connect() {
-  transport::TransportOptions topt;
-  topt.io_threads = config_.io_threads;
-  topt.socket_buffer_bytes = config_.socket_buffer_bytes;
-  topt.max_payload_bytes = config_.max_message_bytes;
-  topt.name = "worker";
-  transport_ = transport::CreateTcpTransport(topt);
+  transport_ = transport::CreateTcpTransport(cluster::TransportOptionsFor(config_, "worker"));
 
   cluster::ClientOptions co = cluster::ClientOptionsFor(config_, "worker", 0);
   auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
@@ -84,36 +82,141 @@ Status Engine::Connect() {
   for (const auto& node : cluster_->servers()) {
     ServerLink link;
     link.node = node;
-    for (int i = 0; i < config_.connections_per_peer; ++i) {
-      auto conn = transport_->Connect(node.host, node.port, this, config_.start_timeout_s);
-      if (!conn.ok()) {
-        return conn.status().WithContext(fmt::format("connecting to {}", protocol::Describe(node)));
-      }
-      auto c = conn.value();
-      c->tag = node.rank;
-      c->set_peer_name(protocol::Describe(node));
-      Header h;
-      h.opcode = Opcode::kHello;
-      h.sender = static_cast<uint32_t>(cluster_->rank());
-      BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, ""));
-      link.conns.push_back(c);
-    }
     servers_.push_back(std::move(link));
   }
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t s = 0; s < servers_.size(); ++s) {
+    for (int i = 0; i < config_.connections_per_peer; ++i) {
+      BYTEPS_ASSIGN_OR_RETURN(auto c, OpenServerConnection(static_cast<int>(s), config_.start_timeout_s));
+      std::lock_guard<std::mutex> lock(mu_);
+      servers_[s].conns.push_back(c);
+      servers_[s].connected_at.push_back(now);
+      servers_[s].down_since.push_back(now);
+    }
+  }
+  reconnect_thread_ = std::thread([this] { ReconnectLoop(); });
   BYTEPS_LOG(Info, "connected to {} servers ({} connections each)", servers_.size(), config_.connections_per_peer);
   return Status::Ok();
 }
 
+StatusOr<std::shared_ptr<transport::Connection>> Engine::OpenServerConnection(int server, double timeout_s) {
+  const protocol::NodeInfo& node = servers_[server].node;  // immutable once Connect filled it
+  auto conn = transport_->Connect(node.host, node.port, this, timeout_s);
+  if (!conn.ok()) return conn.status().WithContext(fmt::format("connecting to {}", protocol::Describe(node)));
+  auto c = conn.value();
+  c->tag = node.rank;
+  c->set_peer_name(protocol::Describe(node));
+  Header h;
+  h.opcode = Opcode::kHello;
+  h.sender = static_cast<uint32_t>(cluster_->rank());
+  BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, ""));
+  return c;
+}
+
+void Engine::ReconnectLoop() {
+  pthread_setname_np(pthread_self(), "bps-reconnect");
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return shut_down_ || !lost_links_.empty(); });
+    if (shut_down_) return;
+    LostLink l = lost_links_.front();
+    lost_links_.pop_front();
+    if (!failure_.ok()) continue;
+    lock.unlock();
+    Status st = Reconnect(l.server, l.index, l.reason);
+    if (!st.ok()) {
+      BYTEPS_LOG(Error, "{}", st.message());
+      FailAll(st);
+    }
+    lock.lock();
+  }
+}
+
+Status Engine::Reconnect(int server, size_t index, const Status& reason) {
+  using Clock = std::chrono::steady_clock;
+  const protocol::NodeInfo& node = servers_[server].node;
+  const double limit = config_.reconnect_timeout_s;
+  Clock::time_point deadline;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    deadline = servers_[server].down_since[index] + std::chrono::duration_cast<Clock::duration>(
+                                                         std::chrono::duration<double>(limit));
+  }
+  BYTEPS_LOG(Warning, "lost connection {} to {}: {}; reconnecting (BYTEPS_RECONNECT_TIMEOUT={:g} s)", index,
+             protocol::Describe(node), reason.message(), limit);
+  std::shared_ptr<transport::Connection> c;
+  Status last = reason;
+  for (;;) {
+    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shut_down_ || !failure_.ok()) return Status::Ok();  // someone else ends the job
+    }
+    if (left <= 0) {
+      return Unavailable(fmt::format("lost the connection to {}: {}; could not reconnect within {:g} s "
+                                     "(BYTEPS_RECONNECT_TIMEOUT): {}",
+                                     protocol::Describe(node), reason.message(), limit, last.message()));
+    }
+    auto conn = OpenServerConnection(server, left);
+    if (conn.ok()) {
+      c = conn.value();
+      break;
+    }
+    last = conn.status();
+    std::unique_lock<std::mutex> lock(mu_);  // brief pause, interruptible by shutdown
+    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return shut_down_ || !failure_.ok(); });
+  }
+  std::vector<std::pair<Header, std::string>> inits;
+  std::vector<Outgoing> resend;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    servers_[server].conns[index] = c;
+    servers_[server].connected_at[index] = Clock::now();
+    // Declarations first (the server keeps them; a lost InitKey is re-sent, duplicates are no-ops)...
+    for (const auto& [dk, ts] : tensors_) {
+      if (!ts.announced || ts.plan == nullptr) continue;
+      for (const auto& p : ts.plan->partitions) {
+        if (p.server != server || ConnIndex(server, p.key) != index) continue;
+        inits.push_back(InitKeyFrame(*ts.plan, p));
+      }
+    }
+    // ...then every partition that was out on the lost connection, oldest first.
+    std::vector<const PartTask*> out;
+    for (const auto& [id, t] : tasks_)
+      if (t.dispatched && t.server == server && ConnIndex(server, t.key) == index) out.push_back(&t);
+    std::sort(out.begin(), out.end(), [](const PartTask* a, const PartTask* b) { return a->id < b->id; });
+    for (const PartTask* t : out) resend.push_back({c, PushHeader(*t), t->in, t->len});
+  }
+  for (auto& [h, payload] : inits) (void)c->SendCopy(h, payload);
+  for (auto& o : resend) {
+    std::vector<iovec> iov;
+    if (o.len > 0) iov.push_back({const_cast<uint8_t*>(o.data), o.len});
+    (void)o.conn->Send(o.header, iov, nullptr);  // a failure closes c: its OnClose starts over
+  }
+  BYTEPS_LOG(Warning, "reconnected to {} (connection {}); re-sent {} declaration(s) and {} partition(s)",
+             protocol::Describe(node), index, inits.size(), resend.size());
+  return Status::Ok();
+}
+
 Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shut_down_ = true;
+  }
+  cv_.notify_all();
   if (transport_) transport_->Shutdown();
+  if (reconnect_thread_.joinable()) reconnect_thread_.join();
   cluster_.reset();
 }
 
-std::shared_ptr<transport::Connection> Engine::ConnFor(int server, uint64_t key) const {
-  const auto& conns = servers_[server].conns;
+size_t Engine::ConnIndex(int server, uint64_t key) const {
   // All frames of one key use one connection, so a key's InitKey is read before its pushes.
   uint64_t h = (key >> 16) * 31 + (key & 0xffff);
-  return conns[h % conns.size()];
+  return h % servers_[server].conns.size();
+}
+
+std::shared_ptr<transport::Connection> Engine::ConnFor(int server, uint64_t key) const {
+  return servers_[server].conns[ConnIndex(server, key)];
 }
 
 StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
@@ -121,19 +224,39 @@ StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::p
   return assigner_.Declare(name, size);
 }
 
+std::pair<Header, std::string> Engine::InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p) const {
+  protocol::KeyInit ki;
+  ki.name = plan.name;
+  ki.bytes = p.range.length;
+  ki.dtype = static_cast<int>(plan.dtype);
+  ki.tensor_bytes = plan.bytes;
+  Header h;
+  h.opcode = Opcode::kInitKey;
+  h.key = p.key;
+  h.sender = static_cast<uint32_t>(cluster_->rank());
+  return {h, protocol::Encode(ki)};
+}
+
+Header Engine::PushHeader(const PartTask& t) const {
+  Header h;
+  h.opcode = Opcode::kPushPull;
+  h.key = t.key;
+  h.round = t.round;
+  h.request_id = t.id;
+  h.sender = static_cast<uint32_t>(cluster_->rank());
+  h.dtype = static_cast<uint8_t>(t.handle->request.dtype);
+  h.payload_len = t.len;
+  return h;
+}
+
 void Engine::Announce(const TensorPlan& plan) {
-  for (const auto& p : plan.partitions) {
-    protocol::KeyInit ki;
-    ki.name = plan.name;
-    ki.bytes = p.range.length;
-    ki.dtype = static_cast<int>(plan.dtype);
-    ki.tensor_bytes = plan.bytes;
-    Header h;
-    h.opcode = Opcode::kInitKey;
-    h.key = p.key;
-    h.sender = static_cast<uint32_t>(cluster_->rank());
-    (void)ConnFor(p.server, p.key)->SendCopy(h, protocol::Encode(ki));
+  std::vector<std::pair<std::shared_ptr<transport::Connection>, std::pair<Header, std::string>>> frames;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& p : plan.partitions) frames.push_back({ConnFor(p.server, p.key), InitKeyFrame(plan, p)});
   }
+  // A failed send means the connection dropped: the reconnect re-sends every declaration.
+  for (auto& [conn, f] : frames) (void)conn->SendCopy(f.first, f.second);
 }
 
 StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
@@ -306,22 +429,16 @@ void Engine::Dispatch() {
       PartTask& t = it->second;
       t.dispatched = true;
       t.holds_credit = true;
-      Header h;
-      h.opcode = Opcode::kPushPull;
-      h.key = t.key;
-      h.round = t.round;
-      h.request_id = t.id;
-      h.sender = static_cast<uint32_t>(cluster_->rank());
-      h.dtype = static_cast<uint8_t>(t.handle->request.dtype);
-      h.payload_len = t.len;
-      out.push_back({ConnFor(t.server, t.key), h, t.in, t.len});
+      out.push_back({ConnFor(t.server, t.key), PushHeader(t), t.in, t.len});
     }
   }
   for (auto& o : out) {
     std::vector<iovec> iov;
     if (o.len > 0) iov.push_back({const_cast<uint8_t*>(o.data), o.len});
     Status st = o.conn->Send(o.header, iov, nullptr);
-    if (!st.ok()) {
+    // Unavailable = the connection is closed: its OnClose reconnects and re-sends this partition
+    // (or fails it with the link). Anything else is a bug worth failing the operation for.
+    if (!st.ok() && st.code() != StatusCode::kUnavailable) {
       std::lock_guard<std::mutex> lock(mu_);
       FinishTaskLocked(o.header.request_id, st, nullptr);
     }
@@ -463,28 +580,28 @@ void Engine::FailAll(const Status& st) {
 }
 
 void Engine::OnClose(transport::Connection& c, const Status& reason) {
-  int server = static_cast<int>(c.tag);
-  bool shutting;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    shutting = shut_down_ || (leaving_ && tasks_.empty());
-  }
-  {
-    // The transport stopped writing into whatever this connection was receiving.
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [id, t] : tasks_)
-      if (t.receiving_on == &c) t.receiving_on = nullptr;
-  }
+  const int server = static_cast<int>(c.tag);
+  std::lock_guard<std::mutex> lock(mu_);
+  // The transport stopped writing into whatever this connection was receiving.
+  for (auto& [id, t] : tasks_)
+    if (t.receiving_on == &c) t.receiving_on = nullptr;
+  const bool shutting = shut_down_ || (leaving_ && tasks_.empty());
   if (shutting || server < 0 || server >= static_cast<int>(servers_.size())) {
-    std::lock_guard<std::mutex> lock(mu_);
-    FailTasksLocked([server](const PartTask& t) { return t.server == server; },
-                    Aborted("byteps was shut down"));
+    FailTasksLocked([server](const PartTask& t) { return t.server == server; }, Aborted("byteps was shut down"));
     return;
   }
-  Status st = Unavailable(fmt::format("lost the connection to {}: {}", c.peer_name(), reason.message()));
-  BYTEPS_LOG(Error, "{}", st.message());
-  // Without that server no round can complete: fail everything, now and later.
-  FailAll(st);
+  if (!failure_.ok()) return;  // the job is already failing; nothing to save
+  ServerLink& link = servers_[server];
+  auto it = std::find_if(link.conns.begin(), link.conns.end(), [&](const auto& p) { return p.get() == &c; });
+  if (it == link.conns.end()) return;  // an older connection, already replaced
+  const size_t index = static_cast<size_t>(it - link.conns.begin());
+  // A new episode of drops unless the connection dropped again within the reconnect window.
+  const auto now = std::chrono::steady_clock::now();
+  if (now - link.connected_at[index] > std::chrono::duration<double>(config_.reconnect_timeout_s)) {
+    link.down_since[index] = now;
+  }
+  lost_links_.push_back({server, index, reason});
+  cv_.notify_all();
 }
 
 std::string Engine::Outstanding(const HandleState& h) const {
@@ -570,6 +687,7 @@ Status Engine::Shutdown() {
   if (local_) local_->Leave();
   cluster_.reset();  // closes the scheduler connection as expected, before the transport goes
   if (transport_) transport_->Shutdown();
+  if (reconnect_thread_.joinable()) reconnect_thread_.join();
   return result;
 }
 

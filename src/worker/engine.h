@@ -11,6 +11,7 @@
 // which also dispatch the next partitions when credit frees up.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -110,8 +112,10 @@ class Engine : public transport::Handler {
   };
   struct ServerLink {
     protocol::NodeInfo node;
-    std::vector<std::shared_ptr<transport::Connection>> conns;
-    Status lost;  // set when any of its connections dropped
+    std::vector<std::shared_ptr<transport::Connection>> conns;  // guarded by mu_ after Connect
+    // Per connection: when it came up, and since when it has been down in the current episode of
+    // drops (a link that keeps dropping right after reconnecting must not be retried forever).
+    std::vector<std::chrono::steady_clock::time_point> connected_at, down_since;
   };
   struct Outgoing {
     std::shared_ptr<transport::Connection> conn;
@@ -125,8 +129,18 @@ class Engine : public transport::Handler {
   StatusOr<HandleId> EnqueueLocal(const TensorRequest& r);
   // Sends r's partitions to the servers; completes `existing` when given, else a new handle.
   StatusOr<HandleId> StartDistributed(const TensorRequest& r, std::shared_ptr<HandleState> existing);
+  // The connection that carries `key` to `server` (all frames of a key share one). Caller holds mu_.
+  size_t ConnIndex(int server, uint64_t key) const;
   std::shared_ptr<transport::Connection> ConnFor(int server, uint64_t key) const;
+  StatusOr<std::shared_ptr<transport::Connection>> OpenServerConnection(int server, double timeout_s);
+  // Reconnect-and-resend: a dropped server connection (not a dead server) is re-established by
+  // the reconnect thread within BYTEPS_RECONNECT_TIMEOUT; the partitions that were out on it are
+  // sent again (the server ignores duplicate (worker, key, round) pushes, so results stay exact).
+  void ReconnectLoop();
+  Status Reconnect(int server, size_t index, const Status& reason);
   void Announce(const TensorPlan& plan);
+  std::pair<protocol::Header, std::string> InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p) const;
+  protocol::Header PushHeader(const PartTask& t) const;
   // Moves ready partitions out of the scheduler (under mu_) and sends them (without mu_).
   void Dispatch();
   // Credit stall guard: partitions that have been out for a whole stall period are waiting for
@@ -160,6 +174,14 @@ class Engine : public transport::Handler {
   Status failure_;                                                // guarded by mu_
   bool shut_down_ = false;                                        // guarded by mu_
   bool leaving_ = false;  // Finish sent: servers hanging up is expected; guarded by mu_
+
+  struct LostLink {
+    int server;
+    size_t index;
+    Status reason;
+  };
+  std::deque<LostLink> lost_links_;  // guarded by mu_
+  std::thread reconnect_thread_;     // started by Connect
 };
 
 }  // namespace byteps::worker

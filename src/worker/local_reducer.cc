@@ -31,7 +31,7 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
   std::unique_ptr<LocalReducer> r(new LocalReducer(options, std::move(on_failure)));
   int stale = ShmSegment::RemoveStale();
   if (stale > 0) BYTEPS_LOG(Info, "removed {} shared-memory segment(s) left by dead processes", stale);
-  transport::TransportOptions to;
+  transport::TransportOptions to = options.transport;
   to.io_threads = 1;
   to.name = "bps-local";
   to.socket_buffer_bytes = 0;

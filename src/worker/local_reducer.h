@@ -33,6 +33,7 @@ struct LocalOptions {
   std::string job;       // job-unique token (derived from BYTEPS_JOB_SECRET or the scheduler address)
   int host_id = 0;       // DMLC_WORKER_ID: which worker host
   double start_timeout_s = 60;
+  transport::TransportOptions transport;  // secret and checksum; threads/buffers are set here
 };
 
 class LocalReducer : public transport::Handler {

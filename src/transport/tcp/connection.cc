@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/crc32c.h"
 #include "common/logging.h"
 #include "common/tsan.h"
 
@@ -22,21 +23,67 @@ constexpr size_t kDirectRecvBytes = 32 * 1024;
 constexpr size_t kReadBudget = 32u << 20;
 constexpr int kMaxIov = 512;  // < IOV_MAX (1024)
 
+// Largest payload accepted before the peer authenticated (the auth frames are 32 bytes).
+constexpr uint64_t kPreAuthMaxPayload = 64;
+
 std::string Errno(int e) { return fmt::format("{} (errno {})", std::strerror(e), e); }
+
+bool IsAuthOpcode(protocol::Opcode op) {
+  return op == protocol::Opcode::kAuthChallenge || op == protocol::Opcode::kAuthResponse;
+}
+
+void PutLe32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t GetLe32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
 
 }  // namespace
 
-TcpConnection::TcpConnection(int fd, EventLoop* loop, Handler* handler, uint64_t max_payload,
+TcpConnection::TcpConnection(int fd, EventLoop* loop, Handler* handler, ConnectionOptions options,
                              std::string peer)
-    : fd_(fd), loop_(loop), handler_(handler), max_payload_(max_payload), peer_(std::move(peer)),
-      stage_(kStageBytes) {}
+    : fd_(fd), loop_(loop), handler_(handler), options_(std::move(options)), peer_(std::move(peer)),
+      stage_(kStageBytes) {
+  authenticated_ = options_.secret.empty();
+}
 
 TcpConnection::~TcpConnection() { ::close(fd_); }
 
 bool TcpConnection::Start() {
+  if (!options_.secret.empty()) {
+    auto nonce = protocol::NewAuthNonce();
+    if (!nonce.ok()) {
+      BYTEPS_LOG(Error, "connection to {}: {}", peer_name(), nonce.status().message());
+      return false;
+    }
+    own_nonce_ = nonce.value();
+  }
   auto self = this->self();
   // The loop's callback table holds the only strong reference the loop keeps; Remove drops it.
-  return loop_->Add(fd_, EPOLLIN | EPOLLRDHUP, [self](uint32_t ev) { self->OnEvents(ev); });
+  if (!loop_->Add(fd_, EPOLLIN | EPOLLRDHUP, [self](uint32_t ev) { self->OnEvents(ev); })) return false;
+  if (!options_.secret.empty()) {
+    protocol::Header h;
+    h.opcode = protocol::Opcode::kAuthChallenge;
+    h.payload_len = own_nonce_.size();
+    std::string nonce(reinterpret_cast<const char*>(own_nonce_.data()), own_nonce_.size());
+    if (!SendCopy(h, nonce).ok()) return false;
+  }
+  return true;
+}
+
+Status TcpConnection::WaitAuthenticated(double timeout_s) {
+  std::unique_lock<std::mutex> lock(auth_mu_);
+  bool done = auth_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                                [&] { return authenticated_.load() || closed_.load(); });
+  if (authenticated_.load()) return Status::Ok();
+  if (!done) {
+    return DeadlineExceeded(fmt::format("{} did not complete authentication within {:.1f} s", peer_name(),
+                                        timeout_s));
+  }
+  std::lock_guard<std::mutex> send_lock(send_mu_);
+  return close_reason_;
 }
 
 std::string TcpConnection::peer_name() const {
@@ -66,14 +113,23 @@ Status TcpConnection::Send(const protocol::Header& header, const std::vector<iov
                                      close_reason_.message()));
     }
     SendEntry& e = send_queue_.emplace_back();
-    protocol::EncodeHeader(header, e.header);
-    e.iov.reserve(payload.size() + 1);
+    protocol::Header h = header;
+    if (options_.checksum) h.flags |= protocol::kFlagChecksum;
+    protocol::EncodeHeader(h, e.header);
+    e.iov.reserve(payload.size() + 2);
     e.iov.push_back({e.header, protocol::kHeaderSize});
     e.remaining = protocol::kHeaderSize;
+    uint32_t crc = 0;
     for (const iovec& v : payload) {
       if (v.iov_len == 0) continue;
       e.iov.push_back(v);
       e.remaining += v.iov_len;
+      if (options_.checksum) crc = Crc32c(crc, v.iov_base, v.iov_len);
+    }
+    if (options_.checksum) {
+      PutLe32(e.trailer, crc);
+      e.iov.push_back({e.trailer, protocol::kTrailerSize});
+      e.remaining += protocol::kTrailerSize;
     }
     e.on_done = std::move(on_done);
     if (!want_write_) {
@@ -175,8 +231,9 @@ Status TcpConnection::HandleReadable() {
     if (in_payload_ && !target_.discard && len - got_ >= kDirectRecvBytes) {
       n = ::recv(fd_, target_.data + got_, len - got_, MSG_DONTWAIT);
       if (n > 0) {
+        if (cur_.flags & protocol::kFlagChecksum) crc_ = Crc32c(crc_, target_.data + got_, static_cast<size_t>(n));
         got_ += static_cast<size_t>(n);
-        if (got_ == len) DeliverFrame();
+        if (got_ == len) BYTEPS_RETURN_IF_ERROR(PayloadComplete());
       }
     } else {
       if (stage_begin_ > 0) {
@@ -202,41 +259,80 @@ Status TcpConnection::HandleReadable() {
 
 Status TcpConnection::ParseStaged() {
   while (stage_begin_ < stage_end_ && !closed_.load()) {
-    size_t avail = stage_end_ - stage_begin_;
-    if (!in_payload_) {
+    const size_t avail = stage_end_ - stage_begin_;
+    const uint8_t* at = stage_.data() + stage_begin_;
+    if (in_trailer_) {
+      if (avail < protocol::kTrailerSize) break;
+      uint32_t sent = GetLe32(at);
+      stage_begin_ += protocol::kTrailerSize;
+      in_trailer_ = false;
+      if (sent != crc_) {
+        return ProtocolError(fmt::format("corrupt {} from {}: payload checksum 0x{:08x}, computed 0x{:08x}",
+                                         protocol::DescribeHeader(cur_), peer_name(), sent, crc_));
+      }
+      BYTEPS_RETURN_IF_ERROR(DeliverFrame());
+    } else if (!in_payload_) {
       if (avail < protocol::kHeaderSize) break;
-      auto h = protocol::DecodeHeader(stage_.data() + stage_begin_, avail, max_payload_);
+      const uint64_t limit = authenticated_.load() ? options_.max_payload : kPreAuthMaxPayload;
+      auto h = protocol::DecodeHeader(at, avail, limit);
       if (!h.ok()) return h.status().WithContext(fmt::format("frame from {}", peer_name()));
       cur_ = h.value();
       stage_begin_ += protocol::kHeaderSize;
-      auto t = handler_->OnHeader(*this, cur_);
-      if (!t.ok()) return t.status();
-      target_ = std::move(t.value());
-      const size_t len = static_cast<size_t>(cur_.payload_len);
-      if (!target_.discard && target_.data == nullptr && len > 0) {
-        owned_ = std::make_shared<std::vector<uint8_t>>(len);
-        target_.data = owned_->data();
-        target_.size = len;
-        target_.owner = owned_;
-      }
-      if (!target_.discard && target_.size != len) {
-        return Internal(fmt::format("{} from {}: handler gave a {}-byte buffer for {} bytes",
-                                    protocol::DescribeHeader(cur_), peer_name(), target_.size, len));
-      }
-      got_ = 0;
-      in_payload_ = true;
-      if (len == 0) DeliverFrame();
+      BYTEPS_RETURN_IF_ERROR(OnFrameHeader());
     } else {
       const size_t len = static_cast<size_t>(cur_.payload_len);
       size_t take = std::min(avail, len - got_);
-      if (!target_.discard) std::memcpy(target_.data + got_, stage_.data() + stage_begin_, take);
+      if (!target_.discard) std::memcpy(target_.data + got_, at, take);
+      if (cur_.flags & protocol::kFlagChecksum) crc_ = Crc32c(crc_, at, take);
       got_ += take;
       stage_begin_ += take;
-      if (got_ == len) DeliverFrame();
+      if (got_ == len) BYTEPS_RETURN_IF_ERROR(PayloadComplete());
     }
   }
   if (stage_begin_ == stage_end_) stage_begin_ = stage_end_ = 0;
   return Status::Ok();
+}
+
+Status TcpConnection::OnFrameHeader() {
+  if (options_.checksum && !(cur_.flags & protocol::kFlagChecksum)) {
+    return ProtocolError(fmt::format("{} sent {} without a checksum, but BYTEPS_CHECKSUM=1 here (set it alike "
+                                     "on every node)",
+                                     peer_name(), protocol::OpcodeName(cur_.opcode)));
+  }
+  crc_ = 0;
+  internal_frame_ = IsAuthOpcode(cur_.opcode) || !authenticated_.load();
+  const size_t len = static_cast<size_t>(cur_.payload_len);
+  if (internal_frame_) {
+    BYTEPS_RETURN_IF_ERROR(CheckBeforeAuth(cur_));
+    target_ = RecvBuffer{};
+  } else {
+    auto t = handler_->OnHeader(*this, cur_);
+    if (!t.ok()) return t.status();
+    target_ = std::move(t.value());
+  }
+  if (!target_.discard && target_.data == nullptr && len > 0) {
+    owned_ = std::make_shared<std::vector<uint8_t>>(len);
+    target_.data = owned_->data();
+    target_.size = len;
+    target_.owner = owned_;
+  }
+  if (!target_.discard && target_.size != len) {
+    return Internal(fmt::format("{} from {}: handler gave a {}-byte buffer for {} bytes",
+                                protocol::DescribeHeader(cur_), peer_name(), target_.size, len));
+  }
+  got_ = 0;
+  in_payload_ = true;
+  if (len == 0) return PayloadComplete();
+  return Status::Ok();
+}
+
+Status TcpConnection::PayloadComplete() {
+  in_payload_ = false;
+  if (cur_.flags & protocol::kFlagChecksum) {
+    in_trailer_ = true;  // ParseStaged verifies it once its 4 bytes are staged
+    return Status::Ok();
+  }
+  return DeliverFrame();
 }
 
 Status TcpConnection::DeliverFrame() {
@@ -244,7 +340,66 @@ Status TcpConnection::DeliverFrame() {
   RecvBuffer b = std::move(target_);
   target_ = RecvBuffer{};
   owned_.reset();
+  if (internal_frame_) return HandleAuthFrame(b.data, b.discard ? 0 : cur_.payload_len);
+  delivered_ = true;
   handler_->OnFrame(*this, cur_, std::move(b));
+  return Status::Ok();
+}
+
+Status TcpConnection::CheckBeforeAuth(const protocol::Header& h) const {
+  const bool auth_frame = IsAuthOpcode(h.opcode);
+  if (options_.secret.empty()) {
+    // Only reached for authentication frames: the peer has a secret, we do not.
+    return ProtocolError(fmt::format("{} requires authentication, but BYTEPS_JOB_SECRET is not set here (give "
+                                     "every process of the job the same secret)",
+                                     peer_name()));
+  }
+  if (!auth_frame) {
+    return ProtocolError(fmt::format("{} sent {} before authenticating: it has no BYTEPS_JOB_SECRET or a "
+                                     "different one",
+                                     peer_name(), protocol::OpcodeName(h.opcode)));
+  }
+  if (authenticated_.load() || (h.opcode == protocol::Opcode::kAuthChallenge && peer_challenged_)) {
+    return ProtocolError(fmt::format("unexpected {} from {}: already authenticated", protocol::OpcodeName(h.opcode),
+                                     peer_name()));
+  }
+  if (h.opcode == protocol::Opcode::kAuthResponse && !peer_challenged_) {
+    return ProtocolError(fmt::format("{} sent AuthResponse before its AuthChallenge", peer_name()));
+  }
+  const uint64_t want = h.opcode == protocol::Opcode::kAuthChallenge ? protocol::kAuthNonceBytes
+                                                                      : protocol::kAuthProofBytes;
+  if (h.payload_len != want) {
+    return ProtocolError(fmt::format("{} from {} has {} bytes (expected {})", protocol::OpcodeName(h.opcode),
+                                     peer_name(), h.payload_len, want));
+  }
+  return Status::Ok();
+}
+
+Status TcpConnection::HandleAuthFrame(const uint8_t* payload, size_t len) {
+  using protocol::AuthRole;
+  const AuthRole mine = options_.accepted ? AuthRole::kAcceptor : AuthRole::kConnector;
+  const AuthRole theirs = options_.accepted ? AuthRole::kConnector : AuthRole::kAcceptor;
+  if (cur_.opcode == protocol::Opcode::kAuthChallenge) {
+    std::memcpy(peer_nonce_.data(), payload, std::min(len, peer_nonce_.size()));
+    peer_challenged_ = true;
+    protocol::AuthProof proof = protocol::MakeAuthProof(options_.secret, mine, peer_nonce_, own_nonce_);
+    protocol::Header h;
+    h.opcode = protocol::Opcode::kAuthResponse;
+    h.payload_len = proof.size();
+    return SendCopy(h, std::string(reinterpret_cast<const char*>(proof.data()), proof.size()));
+  }
+  protocol::AuthProof expected = protocol::MakeAuthProof(options_.secret, theirs, own_nonce_, peer_nonce_);
+  if (!protocol::AuthProofMatches(expected, payload, len)) {
+    return ProtocolError(fmt::format("{} failed authentication: its proof does not match this job's "
+                                     "BYTEPS_JOB_SECRET",
+                                     peer_name()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(auth_mu_);
+    authenticated_ = true;
+  }
+  auth_cv_.notify_all();
+  BYTEPS_LOG(Debug, "{} authenticated", peer_name());
   return Status::Ok();
 }
 
@@ -263,6 +418,13 @@ void TcpConnection::CloseOnLoop(const Status& reason) {
     if (closed_.exchange(true)) return;
     close_reason_ = reason;
     pending.swap(send_queue_);
+  }
+  {
+    std::lock_guard<std::mutex> lock(auth_mu_);  // wakes WaitAuthenticated
+  }
+  auth_cv_.notify_all();
+  if (options_.accepted && !authenticated_.load()) {
+    BYTEPS_LOG(Warning, "refused connection from {}: {}", peer_name(), reason.message());
   }
   // Keep ourselves alive: Remove drops the loop's reference.
   auto self = this->self();

@@ -2,6 +2,8 @@
 // from the caller's iovecs (header bytes are copied into the queue entry); receives land in a
 // staging buffer for headers and small payloads, and straight into the destination buffer for
 // large ones.
+// With a secret the connection first authenticates (protocol/auth.h): frames reach the Handler
+// only after the peer's proof verified. With checksums every frame carries CRC-32C (frame.h).
 // Threading: Send/Close from any thread (a mutex guards the send queue and the socket's write
 // side); reads and handler callbacks run on the loop thread only.
 #pragma once
@@ -9,24 +11,42 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "protocol/auth.h"
 #include "transport/tcp/event_loop.h"
 #include "transport/transport.h"
 
 namespace byteps::transport::tcp {
 
+struct ConnectionOptions {
+  uint64_t max_payload = 1ull << 30;
+  std::string secret;     // empty: no authentication
+  bool checksum = false;
+  bool accepted = false;  // we accepted it (the authentication role 'A'), else we connected ('C')
+};
+
 class TcpConnection : public Connection {
  public:
-  TcpConnection(int fd, EventLoop* loop, Handler* handler, uint64_t max_payload, std::string peer);
+  TcpConnection(int fd, EventLoop* loop, Handler* handler, ConnectionOptions options, std::string peer);
   ~TcpConnection() override;
 
-  // Registers with the loop; call once after construction (needs shared_from_this).
+  // Registers with the loop and sends the authentication challenge; call once after
+  // construction (needs shared_from_this).
   bool Start();
+  // Waits until the peer authenticated (OK), the connection closed (its reason) or timeout_s.
+  Status WaitAuthenticated(double timeout_s);
+  bool authenticated() const { return authenticated_.load(); }
+  // True once a frame reached the Handler (used to drop silent connections without a secret).
+  bool delivered_frame() const { return delivered_.load(); }
+  bool accepted() const { return options_.accepted; }
+  std::chrono::steady_clock::time_point created() const { return created_; }
 
   Status Send(const protocol::Header& header, const std::vector<iovec>& payload,
               SendCallback on_done) override;
@@ -38,6 +58,7 @@ class TcpConnection : public Connection {
  private:
   struct SendEntry {
     uint8_t header[protocol::kHeaderSize];
+    uint8_t trailer[protocol::kTrailerSize];  // payload CRC-32C when checksummed
     std::vector<iovec> iov;  // iov[0] = header
     size_t remaining = 0;    // bytes not yet written
     SendCallback on_done;
@@ -50,7 +71,12 @@ class TcpConnection : public Connection {
   void HandleWritable();
   Status HandleReadable();
   Status ParseStaged();
+  Status OnFrameHeader();       // cur_ decoded: choose where its payload goes
+  Status PayloadComplete();     // all of cur_'s payload is in: verify the trailer or deliver
   Status DeliverFrame();
+  // Authentication frames and what may arrive before authentication.
+  Status CheckBeforeAuth(const protocol::Header& h) const;
+  Status HandleAuthFrame(const uint8_t* payload, size_t len);
   void CloseOnLoop(const Status& reason);
   std::shared_ptr<TcpConnection> self() {
     return std::static_pointer_cast<TcpConnection>(shared_from_this());
@@ -59,7 +85,18 @@ class TcpConnection : public Connection {
   const int fd_;
   EventLoop* const loop_;
   Handler* const handler_;
-  const uint64_t max_payload_;
+  const ConnectionOptions options_;
+  const std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+
+  // Authentication. own_nonce_ is set before Start registers the socket; the rest is loop-only
+  // except authenticated_ (and auth_mu_/auth_cv_ for WaitAuthenticated).
+  protocol::AuthNonce own_nonce_{};
+  protocol::AuthNonce peer_nonce_{};
+  bool peer_challenged_ = false;
+  std::atomic<bool> authenticated_{false};
+  std::atomic<bool> delivered_{false};
+  std::mutex auth_mu_;
+  std::condition_variable auth_cv_;
 
   mutable std::mutex name_mu_;
   std::string peer_;  // guarded by name_mu_
@@ -74,6 +111,9 @@ class TcpConnection : public Connection {
   std::vector<uint8_t> stage_;
   size_t stage_begin_ = 0, stage_end_ = 0;
   bool in_payload_ = false;
+  bool in_trailer_ = false;     // waiting for cur_'s checksum trailer
+  bool internal_frame_ = false; // cur_ is an authentication frame (not for the Handler)
+  uint32_t crc_ = 0;            // running CRC-32C of cur_'s payload
   protocol::Header cur_;
   RecvBuffer target_;
   std::shared_ptr<std::vector<uint8_t>> owned_;  // transport-allocated payload

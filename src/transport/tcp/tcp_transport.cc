@@ -1,5 +1,6 @@
 // TCP backend of transport.h: N event loops, connections spread round-robin over them.
 #include <fmt/format.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,6 +64,8 @@ class TcpTransport : public Transport {
       return Internal(fmt::format("cannot register the listener on {} with the event loop", what));
     }
     listen_fds_.push_back(fd);
+    // Accepted connections must authenticate (or speak) in time: a thread drops those that don't.
+    if (!reaper_.joinable()) reaper_ = std::thread([this] { Reap(); });
     return bound;
   }
 
@@ -77,7 +80,18 @@ class TcpTransport : public Transport {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0) break;
       auto fd = once(left);
-      if (fd.ok()) return Adopt(fd.value(), handler);
+      if (fd.ok()) {
+        BYTEPS_ASSIGN_OR_RETURN(auto conn, Adopt(fd.value(), handler, /*accepted=*/false));
+        if (options_.secret.empty()) return std::shared_ptr<Connection>(conn);
+        double auth_left = std::max(1.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+        Status st = conn->WaitAuthenticated(auth_left);
+        if (st.ok()) return std::shared_ptr<Connection>(conn);
+        conn->Close(st);
+        return Status(st.code(), fmt::format("authentication with {} failed: {}{}", what, st.message(),
+                                             st.code() == StatusCode::kProtocol
+                                                 ? ""
+                                                 : " (does it use the same BYTEPS_JOB_SECRET?)"));
+      }
       last = fd.status();
       if (last.code() == StatusCode::kDeadlineExceeded) break;
       // The peer may not be listening yet (start-up order is free): wait and retry. This waits on
@@ -107,6 +121,7 @@ class TcpTransport : public Transport {
       fds.swap(listen_fds_);
     }
     cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
     // On the loop thread, so no AcceptAll is running on a listener while it closes.
     loops_[0]->RunSync([&] {
       for (int fd : fds) {
@@ -120,11 +135,15 @@ class TcpTransport : public Transport {
 
  private:
   // Takes ownership of fd: on every path it ends up owned by a connection (which closes it).
-  StatusOr<std::shared_ptr<Connection>> Adopt(int fd, Handler* handler) {
+  StatusOr<std::shared_ptr<TcpConnection>> Adopt(int fd, Handler* handler, bool accepted) {
     TuneSocket(fd, options_.socket_buffer_bytes);
     EventLoop* loop = loops_[next_loop_.fetch_add(1) % loops_.size()].get();
-    auto conn = std::make_shared<TcpConnection>(fd, loop, handler, options_.max_payload_bytes,
-                                                PeerAddress(fd));
+    ConnectionOptions co;
+    co.max_payload = options_.max_payload_bytes;
+    co.secret = options_.secret;
+    co.checksum = options_.checksum;
+    co.accepted = accepted;
+    auto conn = std::make_shared<TcpConnection>(fd, loop, handler, std::move(co), PeerAddress(fd));
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (shutdown_) return Aborted("transport is shutting down");
@@ -133,14 +152,68 @@ class TcpTransport : public Transport {
       conns_.push_back(conn);
     }
     if (!conn->Start()) return Internal("cannot register connection with the event loop");
-    return std::shared_ptr<Connection>(conn);
+    return conn;
+  }
+
+  int OpenAcceptedLocked() {
+    int n = 0;
+    for (auto& w : conns_) {
+      auto c = w.lock();
+      if (c && c->accepted() && !c->closed()) ++n;
+    }
+    return n;
   }
 
   void AcceptAll(int listen_fd, Handler* handler) {
     for (;;) {
       int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) return;  // EAGAIN, or an error the next readiness event will show again
-      (void)Adopt(fd, handler);  // on failure the connection object already closed fd
+      int open;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::erase_if(conns_, [](const std::weak_ptr<TcpConnection>& w) { return w.expired(); });
+        open = OpenAcceptedLocked();
+      }
+      if (open >= options_.max_connections) {
+        // Refuse (reset) rather than queue: a flood must not grow memory. Logged sparsely.
+        if (refused_++ % 100 == 0) {
+          BYTEPS_LOG(Warning, "refused a connection from {}: {} connections open (BYTEPS_MAX_CONNECTIONS={}); "
+                     "{} refused so far", PeerAddress(fd), open, options_.max_connections, refused_);
+        }
+        linger lg{1, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        ::close(fd);
+        continue;
+      }
+      (void)Adopt(fd, handler, /*accepted=*/true);  // on failure the connection object already closed fd
+    }
+  }
+
+  // Drops accepted connections that have not authenticated (with a secret) or delivered a first
+  // frame (without one) within auth_timeout_s: silent or slow peers cannot pile up.
+  void Reap() {
+    pthread_setname_np(pthread_self(), (options_.name.substr(0, 9) + "-reap").c_str());
+    const auto limit = std::chrono::duration<double>(options_.auth_timeout_s);
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!shutdown_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      if (shutdown_) break;
+      auto now = std::chrono::steady_clock::now();
+      std::vector<std::shared_ptr<TcpConnection>> stale;
+      for (auto& w : conns_) {
+        auto c = w.lock();
+        if (!c || !c->accepted() || c->closed() || now - c->created() < limit) continue;
+        bool pending = options_.secret.empty() ? !c->delivered_frame() : !c->authenticated();
+        if (pending) stale.push_back(c);
+      }
+      if (stale.empty()) continue;
+      lock.unlock();
+      for (auto& c : stale) {
+        c->Close(ProtocolError(fmt::format("{} did not {} within {:.1f} s (BYTEPS_AUTH_TIMEOUT)", c->peer_name(),
+                                           options_.secret.empty() ? "send a first frame" : "authenticate",
+                                           options_.auth_timeout_s)));
+      }
+      lock.lock();
     }
   }
 
@@ -152,6 +225,8 @@ class TcpTransport : public Transport {
   bool shutdown_ = false;                              // guarded by mu_
   std::vector<int> listen_fds_;                        // guarded by mu_
   std::vector<std::weak_ptr<TcpConnection>> conns_;    // guarded by mu_
+  std::thread reaper_;
+  std::atomic<uint64_t> refused_{0};
 };
 
 }  // namespace

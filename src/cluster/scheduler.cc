@@ -100,7 +100,7 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
       } else if (h.opcode == Opcode::kBarrier && rendezvous_done_) {
         auto& members = barriers_[h.key];
         members.insert(&c);
-        size_t expected = h.flags == 1 ? nodes_.size() : static_cast<size_t>(options_.num_workers);
+        size_t expected = (h.flags & 1) ? nodes_.size() : static_cast<size_t>(options_.num_workers);
         if (members.size() == expected) {
           for (auto* m : members) {
             Header r;

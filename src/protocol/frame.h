@@ -41,10 +41,11 @@ enum class Opcode : uint8_t {
   kAuthResponse = 24,   // payload: HMAC-SHA256 proof over the peer's challenge (kAuthProofBytes)
 };
 
-// Header flag: the header's bytes 18..19 hold the low 16 bits of the CRC-32C of the header (with
+// Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the
+// transport sets or clears this one on every frame it sends): the header's bytes 18..19 hold the low 16 bits of the CRC-32C of the header (with
 // those bytes zero), and the payload is followed by a 4-byte little-endian CRC-32C of the payload
 // (a trailer not counted in payload_len). Set by senders with BYTEPS_CHECKSUM=1.
-inline constexpr uint16_t kFlagChecksum = 0x0001;
+inline constexpr uint16_t kFlagChecksum = 0x8000;
 inline constexpr size_t kTrailerSize = 4;
 
 bool IsKnownOpcode(uint8_t op);

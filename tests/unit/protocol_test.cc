@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
+#include "protocol/auth.h"
 #include "protocol/control.h"
 #include "protocol/frame.h"
 
@@ -21,7 +23,8 @@ constexpr Opcode kAllOpcodes[] = {
     Opcode::kRegister, Opcode::kRegisterReply, Opcode::kBarrier,  Opcode::kBarrierRelease,
     Opcode::kHeartbeat, Opcode::kNodeFailed,   Opcode::kFinish,   Opcode::kTerminate,
     Opcode::kJobError,  Opcode::kHello,        Opcode::kInitKey,  Opcode::kPushPull,
-    Opcode::kPushPullReply, Opcode::kError, Opcode::kLocalReady, Opcode::kLocalDone};
+    Opcode::kPushPullReply, Opcode::kError, Opcode::kLocalReady, Opcode::kLocalDone,
+    Opcode::kAuthChallenge, Opcode::kAuthResponse};
 // Bytes EncodeHeader always writes as zero and DecodeHeader ignores (frame.cc: kOffReserved, kOffPad).
 constexpr size_t kIgnoredBytes[] = {7, 18, 19};
 
@@ -91,7 +94,7 @@ TEST(FrameTest, LittleEndianLayoutMatchesHandWrittenBytes) {
   h.arg = 0x41424344;
   const std::vector<uint8_t> expected = {
       'B',  'P',  'S',  '1',                           // magic
-      0x01,                                            // version
+      0x02,                                            // version
       18,                                              // opcode kPushPull
       0x07,                                            // dtype
       0x00,                                            // reserved
@@ -129,9 +132,9 @@ TEST(FrameTest, RejectionsNameTheField) {
   bytes = Encode(Header{});
   bytes[4] = 7;
   ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
-                      "unsupported wire version 7 (this build speaks 1)");
+                      "unsupported wire version 7 (this build speaks 2)");
 
-  for (int op : {0, 10, 15, 23, 200, 255}) {
+  for (int op : {0, 10, 15, 25, 200, 255}) {
     bytes = Encode(Header{});
     bytes[5] = static_cast<uint8_t>(op);
     ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
@@ -151,7 +154,8 @@ TEST(FrameTest, RejectionsNameTheField) {
 TEST(FrameTest, KnownOpcodesAndNames) {
   const std::string names[] = {"Register", "RegisterReply", "Barrier",  "BarrierRelease", "Heartbeat",
                                "NodeFailed", "Finish",      "Terminate", "JobError",      "Hello",
-                               "InitKey",  "PushPull",      "PushPullReply", "Error", "LocalReady", "LocalDone"};
+                               "InitKey",  "PushPull",      "PushPullReply", "Error", "LocalReady", "LocalDone",
+                               "AuthChallenge", "AuthResponse"};
   for (size_t i = 0; i < std::size(kAllOpcodes); ++i) {
     EXPECT_EQ(OpcodeName(kAllOpcodes[i]), names[i]);
     EXPECT_TRUE(IsKnownOpcode(static_cast<uint8_t>(kAllOpcodes[i])));
@@ -179,6 +183,7 @@ TEST(FrameTest, RandomBuffersDecodeSafely) {
     if (iter % 2 == 0) {
       std::memcpy(b.data(), "BPS1", 4);
       b[4] = kWireVersion;
+      b[9] &= 0x7f;  // no checksum flag: a random checksum field would (rightly) fail
       if (iter % 4 == 0) b[5] = static_cast<uint8_t>(kAllOpcodes[rng() % std::size(kAllOpcodes)]);
     }
     const uint64_t limit = (iter % 3 == 0) ? kNoLimit : rng();
@@ -312,6 +317,59 @@ TEST(ControlTest, MissingOrMistypedFieldsAreNamed) {
   ExpectProtocolError(
       DecodeNodeFailedNotice(R"({"node":{"role":"s","rank":0,"host":"h","port":1,"pid":1},"reason":3})").status(),
       "'reason'");
+}
+
+TEST(Crc32cTest, KnownValueAndIncremental) {
+  const std::string check = "123456789";
+  EXPECT_EQ(Crc32c(0, check.data(), check.size()), 0xe3069283u);  // the CRC-32C check value
+  EXPECT_EQ(Crc32c(0, nullptr, 0), 0u);
+  std::vector<uint8_t> data(100003);
+  std::mt19937 rng(5);
+  for (auto& b : data) b = static_cast<uint8_t>(rng());
+  const uint32_t whole = Crc32c(0, data.data(), data.size());
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{4097}, data.size()}) {
+    uint32_t c = Crc32c(0, data.data(), cut);
+    EXPECT_EQ(Crc32c(c, data.data() + cut, data.size() - cut), whole) << "split at " << cut;
+  }
+  data[500] ^= 0x10;
+  EXPECT_NE(Crc32c(0, data.data(), data.size()), whole);
+}
+
+TEST(FrameChecksumTest, EveryFlippedBitOfAChecksummedHeaderIsCaught) {
+  Header h{.opcode = Opcode::kPushPull, .dtype = 1, .flags = kFlagChecksum, .sender = 3, .round = 9,
+           .key = 0x1234567890ull, .request_id = 77, .payload_len = 4096, .arg = 5};
+  auto bytes = Encode(h);
+  auto ok = DecodeHeader(bytes.data(), bytes.size(), kNoLimit);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  ExpectSameHeader(ok.value(), h);
+  for (size_t bit = 0; bit < kHeaderSize * 8; ++bit) {
+    if (bit == 9 * 8 + 7) continue;  // the flag itself (0x8000): receivers with BYTEPS_CHECKSUM=1 require it
+    auto b = bytes;
+    b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    auto d = DecodeHeader(b.data(), b.size(), kNoLimit);
+    EXPECT_FALSE(d.ok()) << "bit " << bit << " flipped and the header still decoded";
+  }
+  // Without the flag the checksum field is not checked (and EncodeHeader leaves it zero).
+  h.flags = 0;
+  auto plain = Encode(h);
+  EXPECT_EQ(plain[18], 0);
+  EXPECT_EQ(plain[19], 0);
+}
+
+TEST(AuthTest, ProofsDependOnSecretRoleAndBothNonces) {
+  auto a = NewAuthNonce(), b = NewAuthNonce();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a.value(), b.value());
+  auto p = MakeAuthProof("s3cret", AuthRole::kConnector, a.value(), b.value());
+  EXPECT_EQ(p, MakeAuthProof("s3cret", AuthRole::kConnector, a.value(), b.value()));  // deterministic
+  EXPECT_TRUE(AuthProofMatches(p, p.data(), p.size()));
+  EXPECT_FALSE(AuthProofMatches(p, p.data(), p.size() - 1));
+  for (const auto& other : {MakeAuthProof("s3cret!", AuthRole::kConnector, a.value(), b.value()),
+                            MakeAuthProof("s3cret", AuthRole::kAcceptor, a.value(), b.value()),
+                            MakeAuthProof("s3cret", AuthRole::kConnector, b.value(), a.value())}) {
+    EXPECT_NE(other, p);
+    EXPECT_FALSE(AuthProofMatches(p, other.data(), other.size()));
+  }
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "common/crc32c.h"
+
 namespace byteps::transport {
 namespace {
 
@@ -28,6 +30,7 @@ using protocol::Header;
 using protocol::Opcode;
 using Clock = std::chrono::steady_clock;
 constexpr auto kWait = std::chrono::seconds(5);
+constexpr size_t kHeaderSizeForTest = protocol::kHeaderSize;
 
 struct Received {
   Header header;
@@ -147,10 +150,16 @@ struct RawSocket {
   }
 };
 
+// The parameter is io_threads, plus 100 for the secure mode (job secret and checksums), so every
+// test also runs over authenticated, checksummed connections.
 class TransportTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    opts_.io_threads = GetParam();
+    opts_.io_threads = GetParam() % 100;
+    if (GetParam() >= 100) {
+      opts_.secret = "transport-test-secret";
+      opts_.checksum = true;
+    }
     server_ = CreateTcpTransport(opts_);
     client_ = CreateTcpTransport(opts_);
     auto port = server_->Listen("127.0.0.1", 0, &server_handler_);
@@ -176,14 +185,14 @@ class TransportTest : public ::testing::TestWithParam<int> {
 
 TEST_P(TransportTest, ZeroBytePayload) {
   Header h = Hdr(42, 0, Opcode::kHeartbeat);
-  h.flags = 0xbeef;
+  h.flags = 0x3eef;  // the top bit belongs to the transport (checksum flag)
   h.arg = 0xffffffffu;
   ASSERT_TRUE(conn_->Send(h, {}, sent_.Done(0)).ok());
   ASSERT_TRUE(server_handler_.WaitFrames(1));
   auto f = server_handler_.frames();
   EXPECT_EQ(f[0].header.opcode, Opcode::kHeartbeat);
   EXPECT_EQ(f[0].header.key, 42u);
-  EXPECT_EQ(f[0].header.flags, 0xbeef);
+  EXPECT_EQ(f[0].header.flags, opts_.checksum ? 0xbeef : 0x3eef);
   EXPECT_EQ(f[0].header.arg, 0xffffffffu);
   EXPECT_EQ(f[0].header.payload_len, 0u);
   EXPECT_EQ(f[0].buffer.size, 0u);
@@ -295,6 +304,7 @@ TEST_P(TransportTest, PeerCloseReportedOnceAndSendAfterCloseFails) {
 }
 
 TEST_P(TransportTest, PendingSendsCompleteWithTheCloseReason) {
+  if (!opts_.secret.empty()) GTEST_SKIP() << "a raw sink cannot authenticate, so Connect would not return";
   RawSocket sink;  // accepts (in the kernel) but never reads: the sends stay queued
   ASSERT_TRUE(sink.Bind(/*listen=*/true));
   auto conn = client_->Connect("127.0.0.1", sink.port, &side_handler_, 5.0);
@@ -435,8 +445,169 @@ TEST_P(TransportTest, ShutdownIsIdempotentAndFinal) {
   EXPECT_TRUE(sent_.done().empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(IoThreads, TransportTest, ::testing::Values(1, 2),
-                         [](const ::testing::TestParamInfo<int>& p) { return "io" + std::to_string(p.param); });
+INSTANTIATE_TEST_SUITE_P(IoThreads, TransportTest, ::testing::Values(1, 2, 101, 102),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return "io" + std::to_string(p.param % 100) + (p.param >= 100 ? "_secure" : "");
+                         });
+
+// --- Authentication, checksums and limits on accepted connections ------------------------------
+
+struct Endpoint {
+  Recorder handler;
+  std::unique_ptr<Transport> transport;
+  int port = 0;
+  explicit Endpoint(TransportOptions o, bool listen = true) : transport(CreateTcpTransport(o)) {
+    if (listen) port = transport->Listen("127.0.0.1", 0, &handler).value();
+  }
+  ~Endpoint() { transport->Shutdown(); }
+};
+
+TransportOptions Secure(const std::string& secret, bool checksum = false) {
+  TransportOptions o;
+  o.secret = secret;
+  o.checksum = checksum;
+  return o;
+}
+
+TEST(TransportAuthTest, WrongSecretIsRefusedAndTheListenerCarriesOn) {
+  Endpoint server(Secure("right")), intruder(Secure("wrong"), false), member(Secure("right"), false);
+  auto bad = intruder.transport->Connect("127.0.0.1", server.port, &intruder.handler, 5.0);
+  ASSERT_FALSE(bad.ok());
+  ExpectError(bad.status(), StatusCode::kProtocol, "BYTEPS_JOB_SECRET");
+  EXPECT_NE(bad.status().message().find("authentication with 127.0.0.1"), std::string::npos) << bad.status().ToString();
+  ASSERT_TRUE(server.handler.WaitCloses(1));  // the server side saw it fail too...
+  EXPECT_TRUE(server.handler.frames().empty());  // ...and no frame of it reached the handler
+
+  auto good = member.transport->Connect("127.0.0.1", server.port, &member.handler, 5.0);
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  ASSERT_TRUE(good.value()->SendCopy(Hdr(5, 0), "hello").ok());
+  ASSERT_TRUE(server.handler.WaitFrames(1));
+  EXPECT_EQ(server.handler.frames()[0].header.key, 5u);
+}
+
+TEST(TransportAuthTest, MissingSecretOnEitherSideIsNamed) {
+  {
+    Endpoint server(Secure("s")), plain(TransportOptions{}, false);
+    auto conn = plain.transport->Connect("127.0.0.1", server.port, &plain.handler, 5.0);
+    ASSERT_TRUE(conn.ok());  // without a secret nothing is awaited...
+    (void)conn.value()->SendCopy(Hdr(1, 0), "x");
+    ASSERT_TRUE(plain.handler.WaitCloses(1));  // ...but the server's challenge is refused here
+    ExpectError(plain.handler.closes()[0], StatusCode::kProtocol, "BYTEPS_JOB_SECRET is not set here");
+    ASSERT_TRUE(server.handler.WaitCloses(1));
+    EXPECT_TRUE(server.handler.frames().empty());
+  }
+  {
+    Endpoint server(TransportOptions{}), secure(Secure("s"), false);
+    auto conn = secure.transport->Connect("127.0.0.1", server.port, &secure.handler, 5.0);
+    ASSERT_FALSE(conn.ok());
+    EXPECT_NE(conn.status().message().find("authentication with"), std::string::npos) << conn.status().ToString();
+    ASSERT_TRUE(server.handler.WaitCloses(1));
+    ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "requires authentication");
+  }
+}
+
+TEST(TransportAuthTest, FrameBeforeAuthenticationIsRefusedWithoutAllocating) {
+  Endpoint server(Secure("s"));
+  RawSocket raw;
+  ASSERT_TRUE(raw.Connect(server.port));
+  uint8_t h[kHeaderSizeForTest];
+  protocol::EncodeHeader(Hdr(1, 1ull << 40), h);  // a PushPull announcing a terabyte
+  ASSERT_EQ(::send(raw.fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
+  ASSERT_TRUE(server.handler.WaitCloses(1));
+  // Refused on its size before anything else (the pre-authentication limit is 64 bytes).
+  ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "exceeds the limit of 64");
+  EXPECT_TRUE(raw.WaitPeerClosed());
+}
+
+TEST(TransportAuthTest, SilentPeersAreDroppedAfterTheAuthTimeout) {
+  for (const std::string& secret : {std::string(), std::string("s")}) {
+    TransportOptions o = Secure(secret);
+    o.auth_timeout_s = 0.3;
+    Endpoint server(o);
+    RawSocket raw;
+    ASSERT_TRUE(raw.Connect(server.port));
+    auto t0 = Clock::now();
+    EXPECT_TRUE(raw.WaitPeerClosed()) << "secret '" << secret << "'";
+    double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT_GT(took, 0.2);
+    EXPECT_LT(took, 3.0);
+    ASSERT_TRUE(server.handler.WaitCloses(1));
+    ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "BYTEPS_AUTH_TIMEOUT");
+  }
+}
+
+TEST(TransportAuthTest, ConnectionsBeyondTheLimitAreRefused) {
+  TransportOptions o;
+  o.max_connections = 3;
+  Endpoint server(o);
+  std::vector<std::unique_ptr<RawSocket>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<RawSocket>());
+    ASSERT_TRUE(held.back()->Connect(server.port));
+    uint8_t h[kHeaderSizeForTest];
+    protocol::EncodeHeader(Hdr(i, 0), h);  // a first frame, so the reaper leaves them alone
+    ASSERT_EQ(::send(held.back()->fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
+  }
+  ASSERT_TRUE(server.handler.WaitFrames(3));
+  RawSocket extra;
+  ASSERT_TRUE(extra.Connect(server.port));  // the kernel accepts; byteps resets it
+  EXPECT_TRUE(extra.WaitPeerClosed());
+  held.pop_back();  // one goes away: room for a new one
+  ASSERT_TRUE(server.handler.WaitCloses(1));
+  Endpoint client(TransportOptions{}, false);
+  auto conn = client.transport->Connect("127.0.0.1", server.port, &client.handler, 5.0);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(conn.value()->SendCopy(Hdr(9, 0), "late").ok());
+  ASSERT_TRUE(server.handler.WaitFrames(4));
+}
+
+// Sends a checksummed frame by hand: header (optionally with a broken checksum field), payload,
+// trailer (optionally wrong).
+void SendChecksummed(RawSocket& raw, const std::string& payload, bool break_header, bool break_trailer) {
+  Header h = Hdr(1, payload.size());
+  h.flags = protocol::kFlagChecksum;
+  std::vector<uint8_t> out(protocol::kHeaderSize);
+  protocol::EncodeHeader(h, out.data());
+  if (break_header) out[18] ^= 1;
+  out.insert(out.end(), payload.begin(), payload.end());
+  uint32_t crc = Crc32c(0, payload.data(), payload.size()) ^ (break_trailer ? 1u : 0u);
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+  ASSERT_EQ(::send(raw.fd, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
+}
+
+TEST(TransportChecksumTest, CorruptionIsDetectedAndTheFrameNeverDelivered) {
+  TransportOptions o;
+  o.checksum = true;
+  Endpoint server(o);
+  {
+    RawSocket raw;  // intact: delivered
+    ASSERT_TRUE(raw.Connect(server.port));
+    SendChecksummed(raw, std::string(100000, 'a'), false, false);
+    ASSERT_TRUE(server.handler.WaitFrames(1));
+  }
+  struct Case { bool header, trailer; const char* error; } cases[] = {
+      {false, true, "payload checksum"}, {true, false, "corrupt frame header"}};
+  size_t closes = server.handler.closes().size();
+  for (const auto& c : cases) {
+    RawSocket raw;
+    ASSERT_TRUE(raw.Connect(server.port));
+    SendChecksummed(raw, std::string(5000, 'b'), c.header, c.trailer);
+    ASSERT_TRUE(server.handler.WaitCloses(closes + 1));
+    Status st = server.handler.closes().back();
+    ExpectError(st, StatusCode::kProtocol, c.error);
+    closes = server.handler.closes().size();
+  }
+  {
+    RawSocket raw;  // no checksum at all while this side requires one
+    ASSERT_TRUE(raw.Connect(server.port));
+    uint8_t h[kHeaderSizeForTest];
+    protocol::EncodeHeader(Hdr(2, 0), h);
+    ASSERT_EQ(::send(raw.fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
+    ASSERT_TRUE(server.handler.WaitCloses(closes + 1));
+    ExpectError(server.handler.closes().back(), StatusCode::kProtocol, "BYTEPS_CHECKSUM=1 here");
+  }
+  EXPECT_EQ(server.handler.frames().size(), 1u);
+}
 
 }  // namespace
 }  // namespace byteps::transport

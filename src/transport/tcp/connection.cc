@@ -59,18 +59,19 @@ bool TcpConnection::Start() {
       return false;
     }
     own_nonce_ = nonce.value();
-  }
-  auto self = this->self();
-  // The loop's callback table holds the only strong reference the loop keeps; Remove drops it.
-  if (!loop_->Add(fd_, EPOLLIN | EPOLLRDHUP, [self](uint32_t ev) { self->OnEvents(ev); })) return false;
-  if (!options_.secret.empty()) {
+    // The challenge goes out before the socket is registered, so it precedes anything the loop
+    // thread may send (e.g. the answer to the peer's challenge).
     protocol::Header h;
     h.opcode = protocol::Opcode::kAuthChallenge;
     h.payload_len = own_nonce_.size();
-    std::string nonce(reinterpret_cast<const char*>(own_nonce_.data()), own_nonce_.size());
-    if (!SendCopy(h, nonce).ok()) return false;
+    std::string nonce_bytes(reinterpret_cast<const char*>(own_nonce_.data()), own_nonce_.size());
+    if (!SendCopy(h, nonce_bytes).ok()) return false;
   }
-  return true;
+  auto self = this->self();
+  std::lock_guard<std::mutex> lock(send_mu_);
+  uint32_t events = EPOLLIN | EPOLLRDHUP | (want_write_ ? EPOLLOUT : 0);
+  // The loop's callback table holds the only strong reference the loop keeps; Remove drops it.
+  return loop_->Add(fd_, events, [self](uint32_t ev) { self->OnEvents(ev); });
 }
 
 Status TcpConnection::WaitAuthenticated(double timeout_s) {
@@ -114,7 +115,8 @@ Status TcpConnection::Send(const protocol::Header& header, const std::vector<iov
     }
     SendEntry& e = send_queue_.emplace_back();
     protocol::Header h = header;
-    if (options_.checksum) h.flags |= protocol::kFlagChecksum;
+    h.flags = static_cast<uint16_t>((h.flags & ~protocol::kFlagChecksum) |
+                                    (options_.checksum ? protocol::kFlagChecksum : 0));
     protocol::EncodeHeader(h, e.header);
     e.iov.reserve(payload.size() + 2);
     e.iov.push_back({e.header, protocol::kHeaderSize});

@@ -236,8 +236,9 @@ void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
     std::lock_guard<std::mutex> lock(mu_);
     if (terminated_ || stopping_ || !failure_.ok() || &c != conn_.get()) return;  // expected or stale
     if (rejoining_) return;  // a rejoin attempt's connection dropped: the rejoin thread goes on
-    // Before the rendezvous there is nothing to rejoin (registration itself has a deadline).
-    if (registered_ && options_.reconnect_timeout_s > 0) {
+    // Before the rendezvous there is nothing to rejoin (registration itself has a deadline), and
+    // a connection this process closed itself (Aborted: its transport is shutting down) stays closed.
+    if (registered_ && options_.reconnect_timeout_s > 0 && reason.code() != StatusCode::kAborted) {
       rejoining_ = true;
       previous = std::move(rejoin_);  // finished (rejoining_ was false); joined below, unlocked
       rejoin_ = std::thread([this, reason] { Rejoin(reason); });

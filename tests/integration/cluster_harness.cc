@@ -11,10 +11,16 @@ ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
   so.num_servers = o.num_servers;
   so.start_timeout_s = o.timeout_s;
   so.heartbeat_timeout_s = o.heartbeat_timeout_s;
+  so.reconnect_timeout_s = o.reconnect_timeout_s;
   auto s = cluster::Scheduler::Start(so);
   BYTEPS_CHECK(s.ok());
   scheduler_ = std::move(s.value());
   port_ = scheduler_->port();
+  root_port_ = port_;
+  if (o.relay_scheduler) {
+    scheduler_relay_ = std::make_unique<TcpRelay>(port_);
+    root_port_ = scheduler_relay_->port();
+  }
   servers_.resize(o.num_servers);
   std::vector<std::future<void>> joins;
   for (int i = 0; i < o.num_servers; ++i) {
@@ -31,7 +37,12 @@ ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
     cluster::ClientOptions co;
     co.role = "server";
     co.port = port.value();
-    co.root_port = port_;
+    if (o.relay_data) {
+      relays_.push_back(std::make_unique<TcpRelay>(port.value()));
+      co.port = relays_.back()->port();  // workers dial the relay
+    }
+    co.root_port = root_port_;
+    co.reconnect_timeout_s = o.reconnect_timeout_s;
     co.num_workers = o.num_workers;
     co.num_servers = o.num_servers;
     co.start_timeout_s = o.timeout_s;
@@ -48,7 +59,8 @@ config::Config ClusterHarness::WorkerConfig(int rank) const {
   config::Config c;
   c.role = config::Role::kWorker;
   c.root_uri = "127.0.0.1";
-  c.root_port = port_;
+  c.root_port = root_port_;
+  c.reconnect_timeout_s = options_.reconnect_timeout_s;
   c.num_workers = options_.num_workers;
   c.num_servers = options_.num_servers;
   c.worker_id = rank;
@@ -108,6 +120,8 @@ ClusterHarness::~ClusterHarness() {
     if (n.control) n.control->Shutdown();
   }
   scheduler_.reset();
+  relays_.clear();
+  scheduler_relay_.reset();
 }
 
 }  // namespace byteps::testing

@@ -10,6 +10,7 @@
 #include "cluster/scheduler.h"
 #include "config/config.h"
 #include "server/server.h"
+#include "tests/integration/tcp_relay.h"
 #include "worker/engine.h"
 
 namespace byteps::testing {
@@ -24,6 +25,11 @@ struct HarnessOptions {
   double timeout_s = 20;
   double heartbeat_interval_s = 0.2;
   double heartbeat_timeout_s = 3;
+  double reconnect_timeout_s = 5;
+  // Route worker->server data connections / every scheduler connection through a TcpRelay, so a
+  // test can reset them (relay(i) for server i, scheduler_relay()).
+  bool relay_data = false;
+  bool relay_scheduler = false;
 };
 
 class ClusterHarness {
@@ -39,6 +45,8 @@ class ClusterHarness {
   config::Config WorkerConfig(int rank) const;
   // Drops worker i without a clean shutdown (as if its process died).
   void KillWorker(int i);
+  TcpRelay& relay(int server) { return *relays_[server]; }
+  TcpRelay& scheduler_relay() { return *scheduler_relay_; }
   Status ShutdownAll();
 
  private:
@@ -54,6 +62,9 @@ class ClusterHarness {
   std::vector<ServerNode> servers_;
   std::vector<std::thread> server_joiners_;
   std::vector<std::unique_ptr<worker::Engine>> workers_;
+  std::vector<std::unique_ptr<TcpRelay>> relays_;
+  std::unique_ptr<TcpRelay> scheduler_relay_;
+  int root_port_ = 0;  // what nodes dial: the scheduler or its relay
 };
 
 }  // namespace byteps::testing

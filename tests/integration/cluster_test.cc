@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <future>
 #include <numeric>
@@ -241,6 +244,76 @@ TEST(ClusterTest, TensorReusedWithOtherSizeOnOneWorkerIsRejected) {
   ASSERT_FALSE(h2.ok());
   EXPECT_NE(h2.status().message().find("'x'"), std::string::npos);
   EXPECT_TRUE(h.ShutdownAll().ok());
+}
+
+// Reconnect-and-resend: data connections reset mid-run (by a relay between workers and servers)
+// are re-established and the partitions in flight re-sent; every sum stays exact.
+TEST(ClusterFaultTest, DataConnectionResetsKeepSumsExact) {
+  HarnessOptions o;
+  o.num_workers = 2;
+  o.num_servers = 2;
+  o.partition_bytes = 64 * 1024;  // many partitions in flight when the resets hit
+  o.relay_data = true;
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.StartWorkers().ok());
+  std::atomic<bool> running{true};
+  std::thread chaos([&] {
+    for (int i = 0; i < 6 && running; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      h.relay(i % 2).ResetAll();
+    }
+  });
+  RunRounds(h, MixedCases(), 12, /*average=*/false);
+  running = false;
+  chaos.join();
+  EXPECT_GT(h.relay(0).resets() + h.relay(1).resets(), 0);
+  EXPECT_TRUE(h.ShutdownAll().ok());
+}
+
+// A scheduler connection that drops is re-established (the node rejoins); the job goes on and
+// ends cleanly.
+TEST(ClusterFaultTest, SchedulerConnectionResetRejoins) {
+  HarnessOptions o;
+  o.num_workers = 2;
+  o.num_servers = 1;
+  o.relay_scheduler = true;
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.StartWorkers().ok());
+  RunRounds(h, MixedCases(), 1, false);
+  h.scheduler_relay().ResetAll();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  h.scheduler_relay().ResetAll();  // twice, while heartbeats flow
+  RunRounds(h, MixedCases(), 2, false);
+  EXPECT_GT(h.scheduler_relay().resets(), 0);
+  Status st = h.ShutdownAll();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// A server that stays unreachable fails every operation within BYTEPS_RECONNECT_TIMEOUT, naming
+// it, instead of hanging until BYTEPS_TIMEOUT.
+TEST(ClusterFaultTest, UnreachableServerFailsWithinTheReconnectTimeout) {
+  HarnessOptions o;
+  o.num_workers = 1;
+  o.num_servers = 2;
+  o.relay_data = true;
+  o.reconnect_timeout_s = 1;
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.StartWorkers().ok());
+  h.relay(1).Refuse(true);
+  h.relay(1).ResetAll();
+  std::vector<float> a(1 << 20, 1.0f);  // 4 MiB: partitions on both servers
+  worker::TensorRequest r{"big", a.data(), a.data(), a.size() * 4, DataType::kFloat32, false, 0};
+  auto t0 = std::chrono::steady_clock::now();
+  Status st;
+  for (int i = 0; i < 5 && st.ok(); ++i) {  // the first may still complete if it raced the reset
+    auto hd = h.worker(0).Enqueue(r);
+    st = hd.ok() ? h.worker(0).Wait(hd.value(), 15) : hd.status();
+  }
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("server 1"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("BYTEPS_RECONNECT_TIMEOUT"), std::string::npos) << st.message();
+  EXPECT_LT(took, 6.0) << st.message();
 }
 
 }  // namespace

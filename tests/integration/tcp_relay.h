@@ -1,0 +1,48 @@
+// A loopback TCP relay for fault tests: forwards every accepted connection to an upstream port,
+// and can reset all current connections (RST both ways) or refuse new ones on demand. One thread
+// accepts, one thread per connection pair forwards (blocking I/O with poll).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace byteps::testing {
+
+class TcpRelay {
+ public:
+  explicit TcpRelay(int upstream_port);
+  ~TcpRelay();
+  TcpRelay(const TcpRelay&) = delete;
+  TcpRelay& operator=(const TcpRelay&) = delete;
+
+  int port() const { return port_; }
+  // Aborts every current connection pair with a reset on both sides.
+  void ResetAll();
+  // While on, new connections are accepted and reset at once (the upstream looks dead).
+  void Refuse(bool on) { refuse_ = on; }
+  int resets() const { return resets_; }
+
+ private:
+  struct Pair {
+    int a = -1, b = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void AcceptLoop();
+  void Forward(Pair* p);
+
+  const int upstream_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stop_{false}, refuse_{false};
+  std::atomic<int> resets_{0};
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Pair>> pairs_;  // guarded by mu_
+  std::thread acceptor_;
+};
+
+}  // namespace byteps::testing

@@ -406,11 +406,12 @@ void Scheduler::Watchdog() {
       auto it = std::min_element(lost_.begin(), lost_.end(), [](auto& a, auto& b) { return a.deadline < b.deadline; });
       protocol::NodeInfo info = it->node.info;
       bool finished = it->node.finished;
+      std::string why = it->reason;
       lost_.erase(it);
       if (!finished)  // a finished worker that went away early is no failure
         FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({}) and not re-established within {:g} s "
                                             "(BYTEPS_RECONNECT_TIMEOUT)",
-                                            protocol::Describe(info), it->reason, options_.reconnect_timeout_s)),
+                                            protocol::Describe(info), why, options_.reconnect_timeout_s)),
                     &info, &out);
     } else if (rendezvous_done_ && options_.heartbeat_timeout_s > 0) {
       for (auto& [ptr, n] : nodes_) {

@@ -2,7 +2,7 @@
 # Runs every core benchmark of docs/benchmarks.md in one go, on this machine, and prints the
 # figures (medians) next to their same-run baselines. Results (JSON) go to ${OUT:-bench-results}/.
 #   bash bench/run_benchmarks.sh            # all
-#   ONLY=loopback bash bench/run_benchmarks.sh   # one of: loopback reducer small gloo torch
+#   ONLY=loopback bash bench/run_benchmarks.sh   # one of: loopback reducer small gloo torch checksum
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-bench-results}
@@ -80,5 +80,25 @@ def result(p):
 b, d = result(f"{sys.argv[1]}/torch_byteps.txt"), result(f"{sys.argv[1]}/torch_ddp.txt")
 print(f"byteps {b['img_per_sec']:.1f} img/s vs DDP {d['img_per_sec']:.1f} img/s: {b['img_per_sec'] / d['img_per_sec']:.2f}x; "
       f"byteps comm wait {b.get('comm_wait_s_per_iter', float('nan')) * 1000:.1f} ms/iter")
+PY
+fi
+
+if want checksum; then
+  echo "== cost of BYTEPS_CHECKSUM=1 (CRC-32C on every frame): 1 worker + 1 server, off/on alternated 3x =="
+  for i in 1 2 3; do
+    for c in 0 1; do
+      BYTEPS_CHECKSUM=$c $BPSRUN -n 1 -s 1 --force-distributed -- $CORE bench --min-bytes 4M --max-bytes 64M \
+        --iters 10 --json "$OUT/checksum_${c}_$i.json" > /dev/null 2>&1
+    done
+  done
+  /usr/bin/python3 - "$OUT" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+rows = {c: [json.load(open(f"{out}/checksum_{c}_{i}.json"))["rows"] for i in (1, 2, 3)] for c in (0, 1)}
+print(f"{'bytes':>12} {'off GB/s':>9} {'on GB/s':>9} {'on/off':>7}")
+for k, row in enumerate(rows[0][0]):
+    off = statistics.median(r[k]["algbw_GBps"] for r in rows[0])
+    on = statistics.median(r[k]["algbw_GBps"] for r in rows[1])
+    print(f"{row['bytes']:>12} {off:>9.3f} {on:>9.3f} {on / off:>7.2f}")
 PY
 fi

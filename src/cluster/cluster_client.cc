@@ -183,7 +183,13 @@ StatusOr<transport::RecvBuffer> ClusterClient::OnHeader(transport::Connection& c
 
 void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
   std::string payload(reinterpret_cast<const char*>(b.data), b.size);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_heard_ = std::chrono::steady_clock::now();
+  }
   switch (h.opcode) {
+    case Opcode::kHeartbeat:
+      break;  // the scheduler's echo: it can hear us and we can hear it
     case Opcode::kRegisterReply: {
       auto r = protocol::DecodeRegisterReply(payload);
       std::lock_guard<std::mutex> lock(mu_);
@@ -295,6 +301,7 @@ Status ClusterClient::TryRejoin(double timeout_s) {
     conn_ = c;
     rejoined_ = false;
     refusal_.clear();
+    last_heard_ = std::chrono::steady_clock::now();
   }
   Header h;
   h.opcode = Opcode::kRegister;
@@ -341,7 +348,18 @@ void ClusterClient::HeartbeatLoop() {
     cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_interval_s));
     if (stopping_ || terminated_) break;
     auto conn = conn_;
+    // A scheduler we have not heard from (not even its heartbeat echo) for the heartbeat timeout
+    // is unreachable although TCP has not noticed (e.g. the link is down): drop the connection,
+    // which starts a rejoin that either gets through or fails this node naming the cause.
+    double silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard_).count();
+    bool deaf = options_.heartbeat_timeout_s > 0 && !rejoining_ && silent > options_.heartbeat_timeout_s;
     lock.unlock();
+    if (deaf) {
+      conn->Close(Unavailable(fmt::format("no frame from the scheduler for {:.1f} s (PS_HEARTBEAT_TIMEOUT)", silent)));
+      lock.lock();
+      last_heard_ = std::chrono::steady_clock::now();
+      continue;
+    }
     Header h;
     h.opcode = Opcode::kHeartbeat;
     (void)conn->SendCopy(h, "");

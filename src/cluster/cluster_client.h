@@ -5,6 +5,7 @@
 // block). A heartbeat thread runs while connected.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -31,6 +32,7 @@ struct ClientOptions {
   int num_servers = 1;
   double start_timeout_s = 60;
   double heartbeat_interval_s = 1;  // 0 = off
+  double heartbeat_timeout_s = 15;  // the scheduler silent this long: the connection is dead
   double op_timeout_s = 300;        // barrier / finish deadline
   double reconnect_timeout_s = 5;   // a dropped scheduler connection is re-established within this
 };
@@ -101,6 +103,7 @@ class ClusterClient : public transport::Handler {
   uint32_t finish_arg_ = 0;
   std::string finish_message_;
   bool rejoining_ = false;
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();  // any frame
   bool rejoined_ = false;                        // RegisterReply for the current rejoin arrived
   std::thread heartbeat_;
   std::thread rejoin_;

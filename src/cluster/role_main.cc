@@ -18,6 +18,7 @@ ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role,
   co.num_servers = c.num_servers;
   co.start_timeout_s = c.start_timeout_s;
   co.heartbeat_interval_s = c.heartbeat_interval_s;
+  co.heartbeat_timeout_s = c.heartbeat_timeout_s;
   co.op_timeout_s = c.op_timeout_s;
   co.reconnect_timeout_s = c.reconnect_timeout_s;
   return co;

@@ -92,6 +92,11 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
       auto it = nodes_.find(&c);
       Node& node = it->second;
       node.last_seen = Clock::now();
+      if (h.opcode == Opcode::kHeartbeat) {
+        Header echo;  // lets the node notice a scheduler it can no longer hear (link down)
+        echo.opcode = Opcode::kHeartbeat;
+        out.push_back({node.conn, {echo, ""}});
+      }
       if (h.opcode == Opcode::kBarrier && rendezvous_done_ && released_barriers_.count(h.key)) {
         Header r;  // asked again after a rejoin: the release it missed
         r.opcode = Opcode::kBarrierRelease;

@@ -50,8 +50,15 @@ MAGIC = 0x31535042
 REGISTER, HELLO, PUSH_PULL, AUTH_CHALLENGE, AUTH_RESPONSE = 1, 16, 18, 23, 24
 
 
-def frame(opcode: int, payload: bytes = b"", *, version: int = 1, magic: int = MAGIC, payload_len=None,
-          sender: int = 0, key: int = 0) -> bytes:
+# The wire version this build speaks: learnt from the first frame a service sends (Service), so
+# that a malformed frame is refused for what is wrong with it, not for an outdated version.
+WIRE = {"version": None}
+
+
+def frame(opcode: int, payload: bytes = b"", *, version: int | None = None, magic: int = MAGIC,
+          payload_len=None, sender: int = 0, key: int = 0) -> bytes:
+    version = WIRE["version"] if version is None else version
+    assert version is not None, "the wire version is not known yet (start a Service first)"
     return struct.pack(HEADER, magic, version, opcode, 0, 0, 0, sender, 0, 0, key, 0,
                        len(payload) if payload_len is None else payload_len, 0) + payload
 
@@ -158,6 +165,13 @@ class Service:
             assert time.monotonic() < deadline, f"the services do not listen\n{cluster.dump()}"
             assert self.scheduler.popen.poll() is None and self.server.popen.poll() is None, cluster.dump()
             time.sleep(0.02)
+        if WIRE["version"] is None:
+            with self.connect() as probe:  # its challenge tells the version (and that auth is on)
+                probe.settimeout(5)
+                header = struct.unpack(HEADER, read_exactly(probe, struct.calcsize(HEADER)))
+                assert header[0] == MAGIC and header[2] == AUTH_CHALLENGE, \
+                    f"the {target} did not open with an AuthChallenge: {header}"
+                WIRE["version"] = header[1]
         time.sleep(0.3)  # the server registers with the scheduler; memory settles
         self.rss_before = vm_rss_kib(self.proc.popen.pid)
 
@@ -292,7 +306,7 @@ def test_handshake_with_the_right_secret(service):
         own = os.urandom(32)
         s.sendall(frame(AUTH_CHALLENGE, own))
         opcode, version, peer_nonce = read_frame(s)
-        assert (opcode, version, len(peer_nonce)) == (AUTH_CHALLENGE, 1, 32), (opcode, version, peer_nonce)
+        assert (opcode, version, len(peer_nonce)) == (AUTH_CHALLENGE, WIRE["version"], 32), (opcode, version)
         s.sendall(frame(AUTH_RESPONSE, proof(svc.secret.encode(), b"C", peer_nonce, own)))
         opcode, _, theirs = read_frame(s)
         assert opcode == AUTH_RESPONSE

@@ -573,8 +573,12 @@ TEST(ConfigSettings, DefaultsComeFromConfig) {
   EXPECT_EQ(by_name["BYTEPS_LOG_LEVEL"].default_value, "WARNING");
   EXPECT_EQ(by_name["BYTEPS_ENABLE_ASYNC"].default_value, "0");
   EXPECT_EQ(by_name["BYTEPS_JOB_SECRET"].default_value, "");
-  EXPECT_EQ(by_name["BYTEPS_JOB_SECRET"].help,
-            "per-job shared secret (set by the launchers); names the job's shared memory and local sockets");
+  EXPECT_NE(by_name["BYTEPS_JOB_SECRET"].help.find("HMAC-SHA256"), std::string::npos);
+  EXPECT_EQ(by_name["BYTEPS_RECONNECT_TIMEOUT"].default_value, "5");
+  EXPECT_EQ(by_name["BYTEPS_AUTH_TIMEOUT"].default_value, "10");
+  EXPECT_EQ(by_name["BYTEPS_CHECKSUM"].default_value, "0");
+  EXPECT_EQ(by_name["BYTEPS_MAX_CONNECTIONS"].default_value, "1024");
+  EXPECT_EQ(by_name["BYTEPS_ADVERTISE_PORT"].default_value, "0");
   EXPECT_EQ(by_name["BYTEPS_CORE_BINARY"].type, "string");
 }
 

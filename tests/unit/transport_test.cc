@@ -585,6 +585,7 @@ TEST(TransportChecksumTest, CorruptionIsDetectedAndTheFrameNeverDelivered) {
     SendChecksummed(raw, std::string(100000, 'a'), false, false);
     ASSERT_TRUE(server.handler.WaitFrames(1));
   }
+  ASSERT_TRUE(server.handler.WaitCloses(1));  // that socket's orderly close, before counting
   struct Case { bool header, trailer; const char* error; } cases[] = {
       {false, true, "payload checksum"}, {true, false, "corrupt frame header"}};
   size_t closes = server.handler.closes().size();

@@ -44,26 +44,42 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
                                                               FailureCallback on_failure) {
   std::unique_ptr<ClusterClient> c(new ClusterClient(transport, options, std::move(on_failure)));
   auto t0 = std::chrono::steady_clock::now();
-  auto conn = transport.Connect(options.root_uri, options.root_port, c.get(), options.start_timeout_s);
-  if (!conn.ok()) {
-    return Unavailable(fmt::format("cannot reach the scheduler at {}:{} (DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT): {}",
-                                   options.root_uri, options.root_port, conn.status().message()));
-  }
-  conn.value()->set_peer_name(fmt::format("scheduler ({}:{})", options.root_uri, options.root_port));
-  {
-    std::lock_guard<std::mutex> lock(c->mu_);
-    c->conn_ = conn.value();
-  }
-  Header h;
-  h.opcode = Opcode::kRegister;
-  BYTEPS_RETURN_IF_ERROR(conn.value()->SendCopy(h, protocol::Encode(c->MakeRegisterRequest(false))));
-  // The scheduler enforces BYTEPS_START_TIMEOUT and then tells everyone what is missing; wait a
-  // little longer than that so its verdict (which names the missing nodes) arrives first.
-  double left = options.start_timeout_s + kVerdictGraceS -
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ClusterClient* raw = c.get();
-  Status st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty(); }, std::max(left, 0.1),
-                         "registration with the scheduler");
+  Status st;
+  for (;;) {
+    double connect_left = options.start_timeout_s -
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto conn = transport.Connect(options.root_uri, options.root_port, c.get(), std::max(connect_left, 0.1));
+    if (!conn.ok()) {
+      return Unavailable(fmt::format("cannot reach the scheduler at {}:{} (DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT): {}",
+                                     options.root_uri, options.root_port, conn.status().message()));
+    }
+    conn.value()->set_peer_name(fmt::format("scheduler ({}:{})", options.root_uri, options.root_port));
+    {
+      std::lock_guard<std::mutex> lock(c->mu_);
+      c->conn_ = conn.value();
+      c->join_lost_ = Status::Ok();
+    }
+    Header h;
+    h.opcode = Opcode::kRegister;
+    (void)conn.value()->SendCopy(h, protocol::Encode(c->MakeRegisterRequest(false)));
+    // The scheduler enforces BYTEPS_START_TIMEOUT and then tells everyone what is missing; wait a
+    // little longer than that so its verdict (which names the missing nodes) arrives first.
+    double left = options.start_timeout_s + kVerdictGraceS -
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty() || !raw->join_lost_.ok(); },
+                    std::max(left, 0.1), "registration with the scheduler");
+    Status lost;
+    {
+      std::lock_guard<std::mutex> lock(c->mu_);
+      lost = c->registered_ || !c->refusal_.empty() ? Status::Ok() : c->join_lost_;
+    }
+    if (!st.ok() || lost.ok()) break;
+    // The connection dropped before the scheduler answered (e.g. reset on the way): register again.
+    BYTEPS_LOG(Warning, "the connection to the scheduler dropped during registration ({}); registering again",
+               lost.message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   if (st.code() == StatusCode::kDeadlineExceeded) {
     return DeadlineExceeded(fmt::format("the scheduler at {}:{} did not complete the rendezvous within "
                                         "BYTEPS_START_TIMEOUT={:.0f} s (and gave no reason)",
@@ -253,6 +269,14 @@ void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
   }
   if (previous.joinable()) previous.join();
   if (started) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!registered_ && refusal_.empty()) {  // Join is waiting: it registers again on a new connection
+      join_lost_ = Unavailable(reason.message());
+      cv_.notify_all();
+      return;
+    }
+  }
   Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}", options_.root_uri,
                                options_.root_port, reason.message())));
 }

@@ -103,6 +103,7 @@ class ClusterClient : public transport::Handler {
   uint32_t finish_arg_ = 0;
   std::string finish_message_;
   bool rejoining_ = false;
+  Status join_lost_;  // the connection dropped while Join waited for the RegisterReply
   std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();  // any frame
   bool rejoined_ = false;                        // RegisterReply for the current rejoin arrived
   std::thread heartbeat_;

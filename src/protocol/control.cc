@@ -11,6 +11,9 @@ namespace {
 
 using nlohmann::json;
 
+// Names come from users (any bytes through the C API): invalid UTF-8 is replaced, never thrown.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 StatusOr<json> Parse(const std::string& payload, const char* what) {
   json j = json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -39,7 +42,7 @@ Status GetInt(const json& j, const char* field, T* out, const char* what) {
   const bool fits = it->is_number_unsigned() ? std::in_range<T>(it->get<uint64_t>())
                                              : std::in_range<T>(it->get<int64_t>());
   if (!fits) {
-    return ProtocolError(fmt::format("{}: field '{}' is out of range: {}", what, field, it->dump()));
+    return ProtocolError(fmt::format("{}: field '{}' is out of range: {}", what, field, Dump(*it)));
   }
   *out = it->get<T>();
   return Status::Ok();
@@ -66,27 +69,25 @@ std::string Describe(const NodeInfo& n) {
 }
 
 std::string Encode(const RegisterRequest& m) {
-  return json{{"role", m.role},         {"requested_rank", m.requested_rank},
+  return Dump(json{{"role", m.role},         {"requested_rank", m.requested_rank},
               {"host", m.host},         {"port", m.port},
               {"pid", m.pid},           {"num_workers", m.num_workers},
               {"num_servers", m.num_servers}, {"job_secret_hash", m.job_secret_hash},
-              {"rejoin", m.rejoin}}
-      .dump();
+              {"rejoin", m.rejoin}});
 }
 
 std::string Encode(const RegisterReply& m) {
   json nodes = json::array();
   for (const auto& n : m.nodes) nodes.push_back(ToJson(n));
-  return json{{"error", m.error}, {"rank", m.rank}, {"nodes", nodes}}.dump();
+  return Dump(json{{"error", m.error}, {"rank", m.rank}, {"nodes", nodes}});
 }
 
 std::string Encode(const NodeFailedNotice& m) {
-  return json{{"node", ToJson(m.node)}, {"reason", m.reason}}.dump();
+  return Dump(json{{"node", ToJson(m.node)}, {"reason", m.reason}});
 }
 
 std::string Encode(const KeyInit& m) {
-  return json{{"name", m.name}, {"bytes", m.bytes}, {"dtype", m.dtype}, {"tensor_bytes", m.tensor_bytes}}
-      .dump();
+  return Dump(json{{"name", m.name}, {"bytes", m.bytes}, {"dtype", m.dtype}, {"tensor_bytes", m.tensor_bytes}});
 }
 
 StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {

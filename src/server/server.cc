@@ -80,9 +80,14 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       std::string payload(reinterpret_cast<const char*>(b.data), b.size);
       auto init = protocol::DecodeKeyInit(payload);
       if (!init.ok() || !DataTypeFromCode(init->dtype) || init->bytes % DataTypeSize(*DataTypeFromCode(init->dtype))) {
-        BYTEPS_LOG(Error, "bad InitKey from {}: {}", c.peer_name(),
-                   init.ok() ? "bad dtype or size" : init.status().message());
-        c.Close(ProtocolError("bad InitKey"));
+        std::string why = !init.ok() ? init.status().message()
+                          : !DataTypeFromCode(init->dtype)
+                              ? fmt::format("tensor '{}' key {}: unknown dtype code {}", init->name, h.key, init->dtype)
+                              : fmt::format("tensor '{}' key {}: {} bytes is not a whole number of {} elements",
+                                            init->name, h.key, init->bytes,
+                                            DataTypeName(*DataTypeFromCode(init->dtype)));
+        BYTEPS_LOG(Error, "bad InitKey from {}: {}", c.peer_name(), why);
+        c.Close(ProtocolError("bad InitKey: " + why));
         return;
       }
       ShardFor(h.key).Post(InitTask{h.key, static_cast<int>(c.tag), c.shared_from_this(), init.value()});

@@ -137,14 +137,27 @@ Status Engine::Reconnect(int server, size_t index, const Status& reason) {
   const protocol::NodeInfo& node = servers_[server].node;
   const double limit = config_.reconnect_timeout_s;
   Clock::time_point deadline;
+  bool repeat;  // it dropped again soon after the last reconnect: pause before retrying
   {
     std::lock_guard<std::mutex> lock(mu_);
     deadline = servers_[server].down_since[index] + std::chrono::duration_cast<Clock::duration>(
                                                          std::chrono::duration<double>(limit));
+    repeat = Clock::now() - servers_[server].connected_at[index] < std::chrono::seconds(1);
   }
-  BYTEPS_LOG(Warning, "lost connection {} to {}: {}; reconnecting (BYTEPS_RECONNECT_TIMEOUT={:g} s)", index,
-             protocol::Describe(node), reason.message(), limit);
+  if (!repeat) {
+    BYTEPS_LOG(Warning, "lost connection {} to {}: {}; reconnecting (BYTEPS_RECONNECT_TIMEOUT={:g} s)", index,
+               protocol::Describe(node), reason.message(), limit);
+  }
+  // Pauses up to `ms` (interruptible by shutdown or a failure); false when the job is ending.
+  auto pause = [&](int ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return shut_down_ || !failure_.ok(); });
+    return !shut_down_ && failure_.ok();
+  };
+  if (repeat && !pause(200)) return Status::Ok();
   std::shared_ptr<transport::Connection> c;
+  std::vector<std::pair<Header, std::string>> inits;
+  std::vector<Outgoing> resend;
   Status last = reason;
   for (;;) {
     double left = std::chrono::duration<double>(deadline - Clock::now()).count();
@@ -158,18 +171,20 @@ Status Engine::Reconnect(int server, size_t index, const Status& reason) {
                                      protocol::Describe(node), reason.message(), limit, last.message()));
     }
     auto conn = OpenServerConnection(server, left);
-    if (conn.ok()) {
-      c = conn.value();
-      break;
+    if (!conn.ok()) {
+      last = conn.status();
+      if (!pause(100)) return Status::Ok();
+      continue;
     }
-    last = conn.status();
-    std::unique_lock<std::mutex> lock(mu_);  // brief pause, interruptible by shutdown
-    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return shut_down_ || !failure_.ok(); });
-  }
-  std::vector<std::pair<Header, std::string>> inits;
-  std::vector<Outgoing> resend;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+    c = conn.value();
+    std::unique_lock<std::mutex> lock(mu_);
+    if (c->closed()) {
+      // Dropped before it was installed: its OnClose took it for an old connection, so retry here.
+      last = Unavailable(fmt::format("{} closed the new connection at once", protocol::Describe(node)));
+      lock.unlock();
+      if (!pause(200)) return Status::Ok();
+      continue;
+    }
     servers_[server].conns[index] = c;
     servers_[server].connected_at[index] = Clock::now();
     // Declarations first (the server keeps them; a lost InitKey is re-sent, duplicates are no-ops)...
@@ -186,6 +201,7 @@ Status Engine::Reconnect(int server, size_t index, const Status& reason) {
       if (t.dispatched && t.server == server && ConnIndex(server, t.key) == index) out.push_back(&t);
     std::sort(out.begin(), out.end(), [](const PartTask* a, const PartTask* b) { return a->id < b->id; });
     for (const PartTask* t : out) resend.push_back({c, PushHeader(*t), t->in, t->len});
+    break;
   }
   for (auto& [h, payload] : inits) (void)c->SendCopy(h, payload);
   for (auto& o : resend) {

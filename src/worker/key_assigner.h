@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -56,7 +57,8 @@ class KeyAssigner {
   int num_servers_;
   size_t partition_bytes_;
   std::unordered_map<std::string, uint32_t> keys_;
-  std::vector<std::optional<TensorPlan>> plans_;  // by declared key
+  // By declared key. A deque: Plan() hands out pointers that must survive later declarations.
+  std::deque<std::optional<TensorPlan>> plans_;
   std::vector<uint64_t> loads_;                   // bytes per server from balanced plans
 };
 

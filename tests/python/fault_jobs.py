@@ -39,6 +39,8 @@ SLEEP = float(os.environ["FJ_SLEEP"])
 # name, elements, dtype, pushed every k-th round: 1 KiB .. 4 MiB
 TENSORS = [("fj.1k", 256, "float32", 1), ("fj.32k", 8192, "float32", 1), ("fj.i64", 512, "int64", 1),
            ("fj.1m", 262144, "float32", 4), ("fj.4m", 1048576, "float32", 20)]
+MAX_BYTES = int(os.environ["FJ_MAX_BYTES"])
+TENSORS = [t for t in TENSORS if t[1] * np.dtype(t[2]).itemsize <= MAX_BYTES]
 BASE = [(np.arange(size) % 13).astype(dtype) for _, size, dtype, _ in TENSORS]
 
 try:
@@ -72,7 +74,8 @@ except Exception as err:
 class FaultJob:
     """Scheduler, ``servers`` servers and ``workers`` workers (processes of ``cluster``), with
     the data links of ``proxied_servers`` (and the scheduler link when ``proxy_scheduler``)
-    behind a :class:`FaultProxy` each: ``server_proxy[i]``, ``scheduler_proxy``.
+    behind a :class:`FaultProxy` each: ``server_proxy[i]``, ``scheduler_proxy``.  The workers
+    push only the tensors of at most ``max_tensor_bytes`` (1 KiB, 4 KiB, 32 KiB, 1 MiB, 4 MiB).
 
     ``env`` is added to every process's environment (e.g. ``BYTEPS_CHECKSUM=1``).  Call
     :meth:`close` at the end (the fixture in the tests does).
@@ -80,12 +83,13 @@ class FaultJob:
 
     def __init__(self, cluster: Cluster, workers: int = 2, servers: int = 2, proxied_servers=(0,),
                  proxy_scheduler: bool = False, env: Optional[dict[str, str]] = None, rounds: int = 200,
-                 sleep: float = 0.02) -> None:
+                 sleep: float = 0.02, max_tensor_bytes: int = 4 << 20) -> None:
         self.cluster, self.workers, self.servers = cluster, workers, servers
         self.server_proxy: dict[int, FaultProxy] = {}
         self.scheduler_proxy: Optional[FaultProxy] = None
         base = {"BYTEPS_PARTITION_BYTES": "1M", "BYTEPS_TIMEOUT": "20", "BYTEPS_START_TIMEOUT": "20",
-                "FJ_ROUNDS": str(rounds), "FJ_SLEEP": str(sleep), **(env or {})}
+                "FJ_ROUNDS": str(rounds), "FJ_SLEEP": str(sleep), "FJ_MAX_BYTES": str(max_tensor_bytes),
+                **(env or {})}
         self.env = cluster.env(workers, servers, base)
         self.started_at = 0.0
         if proxy_scheduler:
@@ -101,6 +105,9 @@ class FaultJob:
         script = write_script(c.dir, WORKER_SCRIPT, "fault_worker.py")
         self.started_at = time.monotonic()
         c.scheduler(self.env)  # listens on cluster.port itself
+        # A proxy accepts at once; were the scheduler not listening yet, it would reset the
+        # connection (not refuse it), which the nodes do not retry during registration.
+        _wait_listening(c.port, c.procs["scheduler"])
         others = dict(self.env)
         if self.scheduler_proxy:
             others["DMLC_PS_ROOT_PORT"] = str(self.scheduler_proxy.port)
@@ -129,24 +136,62 @@ class FaultJob:
                 return time.monotonic()
             if any(p.popen.poll() is not None for p in self.cluster.procs.values()):
                 time.sleep(0.2)  # let its last lines reach the log
-                pytest.fail(f"a process exited before worker:{worker} reached round {r}\n{self.cluster.dump()}")
+                pytest.fail(f"a process exited before worker:{worker} reached round {r}\n{self.dump()}")
             if time.monotonic() > deadline:
-                pytest.fail(f"worker:{worker} did not reach round {r} within {timeout}s\n{self.cluster.dump()}")
+                pytest.fail(f"worker:{worker} did not reach round {r} within {timeout}s\n{self.dump()}")
             time.sleep(0.05)
 
     def finish(self, timeout: float = 30.0) -> dict[str, Proc]:
-        """Waits for every process (killing those left at the deadline)."""
-        return self.cluster.wait(timeout)
+        """Waits for every process, noting when each exited (``Proc.elapsed``, seconds after its
+        start), and kills those still running at the deadline (``cluster.leftovers()``)."""
+        deadline = time.monotonic() + timeout
+        procs = list(self.cluster.procs.values())
+        while True:
+            for p in procs:
+                if p.elapsed is None and p.popen.poll() is not None:
+                    p.returncode = p.popen.returncode
+                    p.elapsed = round(time.monotonic() - p.started, 2)
+            if all(p.elapsed is not None for p in procs) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return self.cluster.wait(0)  # marks and kills the rest
+
+    def exited_at(self, label: str) -> float:
+        """time.monotonic() at which ``label`` exited (after :meth:`finish`)."""
+        p = self.cluster.procs[label]
+        return p.started + p.elapsed
+
+    def dump(self, lines: int = 25) -> str:
+        """The last ``lines`` distinct lines of every process's output (a line repeated with
+        other time stamps is shown once, at its last place, with a count): short enough for an
+        assertion message even when a process logged thousands of reconnects."""
+        out = []
+        for p in self.cluster.procs.values():
+            out.append(f"--- {p.label} rc={p.returncode} after {p.elapsed}s")
+            kept: dict[str, list] = {}  # text without time stamp -> [last line, count]
+            rounds = []
+            for line in p.output.splitlines():
+                if line.startswith("ROUND "):
+                    rounds.append(line)
+                    continue
+                text = line[13:] if line[:2].isdigit() and line[2:3] == ":" else line
+                entry = kept.pop(text, [line, 0])
+                kept[text] = [line, entry[1] + 1]
+            if rounds:
+                out.append(f"    (last progress: {rounds[-1]})")
+            for line, n in list(kept.values())[-lines:]:
+                out.append(f"    {line[:400]}" + (f"   [x{n}]" if n > 1 else ""))
+        return "\n".join(out)
 
     def assert_exact(self, timeout: float = 30.0) -> None:
         """Every process exits 0 by itself within ``timeout`` and every worker printed ALL OK."""
         self.finish(timeout)
-        dump = self.cluster.dump()
-        assert not self.cluster.leftovers(), f"still running at the deadline: {self.cluster.leftovers()}\n{dump}"
-        for proc in self.cluster.procs.values():
-            assert proc.returncode == 0, f"{proc.label} exited {proc.returncode}\n{dump}"
-        for proc in self.worker_procs:
-            assert "ALL OK" in proc.output, f"{proc.label} did not finish\n{dump}"
+        problems = [f"{label} still running after {timeout}s" for label in self.cluster.leftovers()]
+        problems += [f"{p.label} exited {p.returncode}" for p in self.cluster.procs.values()
+                     if p.returncode not in (0, None)]
+        problems += [f"{p.label} did not print ALL OK" for p in self.worker_procs if "ALL OK" not in p.output]
+        if problems:  # (not a bare assert on Proc fields: pytest would print every line they hold)
+            pytest.fail("; ".join(problems) + "\n" + self.dump())
 
     def stats(self) -> dict[str, dict]:
         out = {f"server:{i}": p.stats() for i, p in self.server_proxy.items()}
@@ -158,3 +203,18 @@ class FaultJob:
         for p in [*self.server_proxy.values(), self.scheduler_proxy]:
             if p:
                 p.close()
+
+
+def _wait_listening(port: int, proc: Proc, timeout: float = 10.0) -> None:
+    """Waits until something listens on 127.0.0.1:``port`` (read from /proc/net/tcp, so that
+    no probe connection disturbs the listener)."""
+    needles = [f"{host}:{port:04X} 00000000:0000 0A" for host in ("0100007F", "00000000")]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open("/proc/net/tcp") as f:
+            if any(n in line for line in f for n in needles):
+                return
+        if proc.popen.poll() is not None:
+            break
+        time.sleep(0.02)
+    pytest.fail(f"{proc.label} is not listening on port {port}\n{proc.output}")

@@ -26,4 +26,8 @@ if [ "${BYTEPS_SKIP_SANITIZERS:-0}" != 1 ]; then
   (cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
      ctest --output-on-failure --timeout 900 -L concurrency)
 fi
+if [ "${BYTEPS_SKIP_FUZZ:-0}" != 1 ]; then
+  echo "== fuzz (short run; longer runs: fuzz/README.md) =="
+  bash scripts/fuzz.sh 15
+fi
 echo "== all tests passed =="

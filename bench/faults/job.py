@@ -33,6 +33,22 @@ PYTHON = "/usr/bin/python3"
 _CONFIG_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
 
 
+def use_snapshot(directory: Path) -> Path:
+    """Copies the built package (python/byteps with its core) to *directory* and runs every later
+    job from there, so that a rebuild during a long run cannot mix versions.  Returns the copy."""
+    global PYTHON_DIR, CORE_BINARY
+    import shutil  # noqa: PLC0415
+
+    target = Path(directory) / "python"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(PYTHON_DIR / "byteps", target / "byteps",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    PYTHON_DIR = target
+    CORE_BINARY = target / "byteps" / "_bin" / "byteps-core"
+    return target
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

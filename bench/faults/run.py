@@ -23,6 +23,8 @@ from the trial's own RNG (``seed`` and trial number, so any trial can be rerun a
 
 Verdict of a trial, first that applies:
 
+* CRASH: a process other than the victim died by a signal we did not send, or printed an abort
+  (``terminate called``, a sanitizer report, ...);
 * HANG: a process was still running at the hard deadline (then killed), or a failing
   process exited after its detection deadline;
 * WRONG: a worker printed a wrong sum;
@@ -62,6 +64,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import peers
+from . import job as joblib
 from .job import (REPO, Job, Layout, eprint, free_port, job_processes, known_settings,
                   relative, shm_leftovers)
 
@@ -78,8 +81,12 @@ EXPECT_COMPLETE = {"proxy-reset", "proxy-cut", "proxy-delay", "proxy-corrupt", "
                    "proxy-duplicate", "wrong-secret", "garbage", "none"}
 PEERS = ["wrong-secret", "garbage"]
 FAULTS = KILLS + PROXY + PEERS + ["none"]
-VERDICTS = ["completed-exact", "failed-clear", "failed-unclear", "HANG", "WRONG", "ORPHAN", "LEAK"]
-BAD = {"HANG", "WRONG", "ORPHAN", "LEAK"}
+VERDICTS = ["completed-exact", "failed-clear", "failed-unclear", "CRASH", "HANG", "WRONG", "ORPHAN",
+            "LEAK"]
+BAD = {"CRASH", "HANG", "WRONG", "ORPHAN", "LEAK"}
+# Output of a process that died of its own fault rather than failing with an error.
+CRASH_MARKS = ("terminate called", "Segmentation fault", "AddressSanitizer", "ThreadSanitizer",
+               "Fatal Python error", "core dumped", "Assertion `")
 
 SETTINGS = {
     "BYTEPS_PARTITION_BYTES": "16384",
@@ -200,6 +207,18 @@ class Trial:
             self.peer_thread = threading.Thread(target=work, daemon=True)
             self.peer_thread.start()
 
+    def landed(self) -> bool:
+        """Did the fault hit the job: workers still ran when it came, and (counted proxy faults)
+        the proxy actually applied it to a chunk or a connection?"""
+        if self.fault == "none" or not self.record.get("workers_running_at_fault"):
+            return False
+        if self.fault in KILLS:
+            return self.record.get("detail") == "killed"
+        stats = self.record.get("proxy_stats")
+        if self.fault in PROXY and self.fault != "proxy-delay" and isinstance(stats, dict):
+            return stats.get("faults", 0) > 0
+        return True
+
     # -- the cause a failing worker should name
 
     def cause_names(self) -> list[str]:
@@ -239,6 +258,7 @@ class Trial:
                 now = time.monotonic()
                 running = job.poll()
                 if injected is None and now >= fault_time:
+                    self.record["workers_running_at_fault"] = sum(1 for p in running if p.role == "worker")
                     if self.fault != "none":
                         self.inject(job)
                     injected = time.monotonic()
@@ -290,7 +310,15 @@ class Trial:
         rec["detect_s"] = round(last_exit - injected, 3) if not workers_ok else None
         bound = max(injected + detect, launch + start_bound)
         late = [p.label for p in survivors if not workers_ok and p.exited and p.exited > bound + 0.001]
-        if hung or late:
+        # Killed by a signal we did not send (hung ones are killed by us at the deadline), or an
+        # abort message in the output.
+        crashed = [p.label for p in survivors if p.label not in hung and
+                   ((p.returncode is not None and p.returncode < 0) or any(m in p.output() for m in CRASH_MARKS))]
+        if crashed:
+            verdict = "CRASH"
+            rec["why"] = "; ".join(f"{label}: rc {job.procs[label].returncode}, "
+                                   f"{crash_line(job.procs[label].output())}" for label in crashed)
+        elif hung or late:
             verdict = "HANG"
             rec["why"] = f"still running at the hard deadline: {hung}" if hung else \
                 f"exited after the deadline ({bound - launch:.1f}s after launch): {late}"
@@ -309,11 +337,31 @@ class Trial:
             if verdict == "failed-unclear":
                 rec["why"] = f"no mention of {names or 'any cause'} in {unclear or 'the output'}"
         rec["verdict"] = verdict
+        rec["landed"] = self.landed()
         if self.fault in EXPECT_COMPLETE and verdict != "completed-exact":
             rec["unexpected"] = True  # a fault the job should have survived
         if orphans:  # never leave them running, whatever the verdict
             kill_pids(orphans)
         return rec
+
+
+def build_info() -> dict:
+    """The commit and the core binary's time, so that a result can be matched to a build."""
+    import subprocess  # noqa: PLC0415
+
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "src"], capture_output=True,
+                                text=True).stdout.strip())
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(joblib.CORE_BINARY.stat().st_mtime))
+    return {"git_head": head, "src_modified": dirty, "core_binary_mtime_utc": stamp}
+
+
+def crash_line(output: str) -> str:
+    for line in output.splitlines():
+        if any(m in line for m in CRASH_MARKS):
+            return line.strip()[:300]
+    return "killed by a signal"
 
 
 def first_error(output: str) -> str:
@@ -351,20 +399,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", type=int, action="append", help="run just this trial number (repeatable)")
     p.add_argument("--out", default=str(REPO / "bench-results" / "faults"))
     p.add_argument("--faults", help=f"comma-separated subset of {','.join(FAULTS)}")
-    p.add_argument("--window", type=float, default=2.0, help="fault time drawn from [0, WINDOW] s")
+    p.add_argument("--window", type=float, default=1.6, help="fault time drawn from [0, WINDOW] s")
     p.add_argument("--local-prob", type=float, default=0.25,
                    help="probability of two worker processes per host")
     p.add_argument("--slack", type=float, default=4.0, help="added to every deadline (s)")
     p.add_argument("--job-budget", type=float, default=8.0,
                    help="time a recovering job gets to finish, on top of the detection deadline")
     p.add_argument("--keep-logs", action="store_true", help="keep the logs of every trial")
+    p.add_argument("--no-snapshot", action="store_true",
+                   help="run python/byteps in place (default: a copy in DIR, safe from rebuilds)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    if not args.no_snapshot:
+        eprint(f"running the byteps package copied to {joblib.use_snapshot(out / 'snapshot')}")
     known = known_settings()
     settings = {k: v for k, v in SETTINGS.items() if k in known}
     dropped = sorted(set(SETTINGS) - set(settings))
@@ -385,7 +437,8 @@ def main(argv=None) -> int:
     for f, reason in skipped.items():
         eprint(f"note: skipping {f}: {reason}")
     indices = args.only or list(range(args.trials))
-    report = {"command": " ".join(sys.argv), "seed": args.seed, "settings": settings,
+    report = {"command": " ".join(sys.argv), "seed": args.seed, "build": build_info(),
+              "settings": settings,
               "service_settings": SERVICE_SETTINGS, "settings_dropped": dropped,
               "faults": faults, "faults_skipped": skipped, "trials": []}
     started = time.monotonic()
@@ -394,7 +447,7 @@ def main(argv=None) -> int:
         workdir = out / "logs" / f"trial{i:04d}"
         rec = trial.run(workdir)
         report["trials"].append(rec)
-        keep = args.keep_logs or rec["verdict"] not in ("completed-exact", "failed-clear")
+        keep = args.keep_logs or rec.get("unexpected") or rec["verdict"] not in ("completed-exact", "failed-clear")
         if not keep:
             for f in workdir.iterdir():
                 f.unlink()
@@ -403,7 +456,8 @@ def main(argv=None) -> int:
             rec["logs"] = str(workdir)
         detect = f" detect {rec['detect_s']:.1f}s" if rec.get("detect_s") is not None else ""
         print(f"[{n + 1}/{len(indices)}] trial {i:4d} {rec['fault']:<16} at {rec['at_s']:5.2f}s "
-              f"{rec.get('target', ''):<10} {rec['verdict']}{' (unexpected)' if rec.get('unexpected') else ''}"
+              f"{rec.get('target', ''):<10} {'' if rec['landed'] or rec['fault'] == 'none' else '(missed) '}"
+              f"{rec['verdict']}{' (unexpected)' if rec.get('unexpected') else ''}"
               f"{detect}"
               f"{' - ' + rec['why'] if rec.get('why') else ''}", flush=True)
         report["totals"] = totals(report["trials"])
@@ -413,9 +467,11 @@ def main(argv=None) -> int:
     print(table(report["trials"]))
     t = report["totals"]
     print(f"\n{t['trials']} trials in {report['elapsed_s']:.0f}s: {t['survived']} survived "
-          f"(no hang, wrong result, orphan or leak); HANG {t['HANG']}, WRONG {t['WRONG']}, "
+          f"(no crash, hang, wrong result, orphan or leak); CRASH {t['CRASH']}, HANG {t['HANG']}, WRONG {t['WRONG']}, "
           f"ORPHAN {t['ORPHAN']}, LEAK {t['LEAK']}; bad inputs sent: {t['bad_inputs']}; "
-          f"failed although the fault is one to survive: {t['unexpected']}")
+          f"failed although the fault is one to survive: {t['unexpected']}; faults that hit a "
+          f"running job: {t['landed']} (the others came after the workers were done, or a proxy "
+          f"fault found no chunk left to act on)")
     print(f"JSON: {out / 'results.json'}")
     return 0 if t["survived"] == t["trials"] else 1
 
@@ -427,6 +483,8 @@ def totals(trials: list[dict]) -> dict:
     out["survived"] = sum(1 for r in trials if r["verdict"] not in BAD)
     out["bad_inputs"] = sum(1 for r in trials if r["fault"] in PEERS)
     out["unexpected"] = sum(1 for r in trials if r.get("unexpected"))
+    out["landed"] = sum(1 for r in trials if r.get("landed"))
+    out["landed_by_fault"] = dict(Counter(r["fault"] for r in trials if r.get("landed")))
     detects = sorted(r["detect_s"] for r in trials if r.get("detect_s") is not None)
     if detects:
         out["detect_s_median"] = detects[len(detects) // 2]

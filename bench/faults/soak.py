@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import job as joblib
 from .job import REPO, Job, vm_rss_kib
 
 WORKER_SCRIPT = (Path(__file__).with_name("worker.py")).read_text()
@@ -54,8 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    joblib.use_snapshot(out / "snapshot")  # a rebuild during the soak cannot mix versions
     seconds = args.minutes * 60
     env = {"BYTEPS_PARTITION_BYTES": "16384", "BYTEPS_START_TIMEOUT": "30", "BYTEPS_TIMEOUT": "60",
            "BPS_SOAK_SECONDS": f"{seconds:g}"}

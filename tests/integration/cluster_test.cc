@@ -1,5 +1,6 @@
 // End-to-end sums through the in-process cluster: exact results for many tensors of mixed sizes
 // and dtypes, repeated rounds, out-of-order arrival, and failures that must not hang.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -311,9 +312,15 @@ TEST(ClusterFaultTest, UnreachableServerFailsWithinTheReconnectTimeout) {
   }
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("server 1"), std::string::npos) << st.message();
+  // Ranks follow arrival order, so name the server by the address workers dial (its relay).
+  EXPECT_NE(st.message().find(fmt::format("server {} (127.0.0.1:{}", 0, h.relay(1).port())) == std::string::npos &&
+                    st.message().find(fmt::format("server {} (127.0.0.1:{}", 1, h.relay(1).port())) == std::string::npos
+                ? std::string::npos
+                : 0,
+            std::string::npos)
+      << st.message();
   EXPECT_NE(st.message().find("BYTEPS_RECONNECT_TIMEOUT"), std::string::npos) << st.message();
-  EXPECT_LT(took, 6.0) << st.message();
+  EXPECT_LT(took, 10.0) << st.message();  // far below BYTEPS_TIMEOUT (20 s) even under sanitizers
 }
 
 }  // namespace

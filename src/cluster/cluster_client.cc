@@ -78,7 +78,8 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
     // The connection dropped before the scheduler answered (e.g. reset on the way): register again.
     BYTEPS_LOG(Warning, "the connection to the scheduler dropped during registration ({}); registering again",
                lost.message());
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::unique_lock<std::mutex> lock(c->mu_);  // brief pause before registering again
+    c->cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return c->stopping_; });
   }
   if (st.code() == StatusCode::kDeadlineExceeded) {
     return DeadlineExceeded(fmt::format("the scheduler at {}:{} did not complete the rendezvous within "

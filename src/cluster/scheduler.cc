@@ -17,6 +17,10 @@ using Clock = std::chrono::steady_clock;
 namespace {
 constexpr uint64_t kMaxControlPayload = 1 << 20;  // control frames are small; refuse floods
 
+Clock::time_point Deadline(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 std::string JoinInts(const std::vector<int>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
@@ -164,7 +168,11 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
                        options_.num_servers));
     return;
   }
-  if (rendezvous_done_ || job_over_) {
+  if (job_over_) {
+    reject(fmt::format("the job has already ended: {}", result_.ok() ? "it finished" : result_.message()));
+    return;
+  }
+  if (rendezvous_done_) {
     reject(fmt::format("the job already has all {} workers and {} servers; a {} from {} (pid {}) is one "
                        "too many (check DMLC_NUM_WORKER / DMLC_NUM_SERVER)",
                        options_.num_workers, options_.num_servers, r.role, r.host, r.pid));
@@ -191,6 +199,12 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
                        limit, r.role, r.pid, r.host, r.role == "worker" ? "WORKER" : "SERVER"));
     return;
   }
+  // The same process registering again (its connection dropped during registration), or a
+  // replacement for the same requested rank: the node is no longer missing.
+  std::erase_if(lost_, [&](const LostNode& l) {
+    return l.node.req.role == r.role && ((l.node.req.pid == r.pid && l.node.req.host == r.host) ||
+                                         (r.requested_rank >= 0 && l.node.req.requested_rank == r.requested_rank));
+  });
   Node n;
   n.conn = conn;
   n.req = r;
@@ -294,6 +308,7 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   }
   table_ = reply.nodes;
   rendezvous_done_ = true;
+  lost_.clear();  // nodes that left during registration and were replaced
   BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);
 }
 
@@ -367,23 +382,31 @@ void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
     cv_.notify_all();
     for (auto& [_, members] : barriers_) members.erase(&c);
     if (job_over_) return;
-    if (!rendezvous_done_) {
-      BYTEPS_LOG(Warning, "{} (pid {}) disconnected before the job started: {}", node.info.role,
-                 node.info.pid, reason.message());
+    if (!rendezvous_done_ && options_.reconnect_timeout_s > 0) {
+      // Its slot is free again. The same process may register again (a reset during
+      // registration); if it does not within the reconnect timeout, it is dead (Watchdog).
+      BYTEPS_LOG(Warning, "{} disconnected before the job started: {}; it has {:g} s to register again "
+                 "(BYTEPS_RECONNECT_TIMEOUT)", protocol::Describe(node.info), reason.message(),
+                 options_.reconnect_timeout_s);
+      lost_.push_back({node, reason.message(), Deadline(options_.reconnect_timeout_s)});
       return;
     }
-    if (options_.reconnect_timeout_s > 0 || node.finished) {
+    if (!rendezvous_done_) {
+      FailJobLocked(Unavailable(fmt::format("{} died before the job started: it registered, then its "
+                                            "connection was lost ({})",
+                                            protocol::Describe(node.info), reason.message())),
+                    &node.info, &out);
+    } else if (options_.reconnect_timeout_s > 0 || node.finished) {
       // A dropped connection is not yet a death: the node may rejoin (transient reset).
       BYTEPS_LOG(Warning, "lost the connection to {}: {}; it has {:g} s to rejoin (BYTEPS_RECONNECT_TIMEOUT)",
                  protocol::Describe(node.info), reason.message(), options_.reconnect_timeout_s);
-      lost_.push_back({node, reason.message(),
-                       Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(options_.reconnect_timeout_s))});
+      lost_.push_back({node, reason.message(), Deadline(options_.reconnect_timeout_s)});
       return;
+    } else {
+      FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({})", protocol::Describe(node.info),
+                                            reason.message())),
+                    &node.info, &out);
     }
-    FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({})", protocol::Describe(node.info),
-                                          reason.message())),
-                  &node.info, &out);
   }
   Flush(&out);
 }
@@ -414,10 +437,11 @@ void Scheduler::Watchdog() {
       std::string why = it->reason;
       lost_.erase(it);
       if (!finished)  // a finished worker that went away early is no failure
-        FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({}) and not re-established within {:g} s "
-                                            "(BYTEPS_RECONNECT_TIMEOUT)",
-                                            protocol::Describe(info), why, options_.reconnect_timeout_s)),
-                    &info, &out);
+        FailJobLocked(Unavailable(fmt::format("{} died{}: connection lost ({}) and not re-established within {:g} s "
+                                              "(BYTEPS_RECONNECT_TIMEOUT)",
+                                              protocol::Describe(info), rendezvous_done_ ? "" : " before the job started",
+                                              why, options_.reconnect_timeout_s)),
+                      &info, &out);
     } else if (rendezvous_done_ && options_.heartbeat_timeout_s > 0) {
       for (auto& [ptr, n] : nodes_) {
         double silent = std::chrono::duration<double>(now - n.last_seen).count();

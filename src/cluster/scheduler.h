@@ -89,7 +89,8 @@ class Scheduler : public transport::Handler {
   std::map<uint64_t, std::set<transport::Connection*>> barriers_;
   std::set<uint64_t> released_barriers_;  // a node that rejoins may ask again
   std::vector<protocol::NodeInfo> table_;  // the address table sent at rendezvous
-  // Nodes whose connection dropped after the rendezvous: they have until `deadline` to rejoin.
+  // Nodes whose connection dropped: they have until `deadline` to rejoin (after the rendezvous)
+  // or to register again (before it; then they hold no slot).
   struct LostNode {
     Node node;
     std::string reason;

@@ -65,6 +65,7 @@ Status FromJson(const json& j, NodeInfo* n) {
 }  // namespace
 
 std::string Describe(const NodeInfo& n) {
+  if (n.rank < 0) return fmt::format("{} ({}:{}, pid {})", n.role, n.host, n.port, n.pid);  // before the rendezvous
   return fmt::format("{} {} ({}:{}, pid {})", n.role, n.rank, n.host, n.port, n.pid);
 }
 

@@ -20,7 +20,7 @@ struct NodeInfo {
   int pid = 0;
   bool operator==(const NodeInfo&) const = default;
 };
-std::string Describe(const NodeInfo& n);  // "server 1 (127.0.0.1:4242, pid 77)"
+std::string Describe(const NodeInfo& n);  // "server 1 (127.0.0.1:4242, pid 77)"; no rank before the rendezvous
 
 struct RegisterRequest {
   std::string role;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -301,6 +303,34 @@ TEST_P(TransportTest, PeerCloseReportedOnceAndSendAfterCloseFails) {
   EXPECT_EQ(client_handler_.closes().size(), 1u);
   EXPECT_EQ(server_handler_.closes().size(), 1u);
   EXPECT_TRUE(sent_.done().empty());  // a refused Send never calls on_done
+}
+
+// A handler whose OnClose takes a while: Close from another thread while the I/O thread is
+// still inside that OnClose must wait for it (callers destroy the handler right after Close).
+class SlowCloseHandler : public Handler {
+ public:
+  StatusOr<RecvBuffer> OnHeader(Connection&, const Header&) override { return RecvBuffer{}; }
+  void OnFrame(Connection&, const Header&, RecvBuffer) override {}
+  void OnClose(Connection&, const Status&) override {
+    entered.store(true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    finished.store(true);
+  }
+  std::atomic<bool> entered{false}, finished{false};
+};
+
+TEST_P(TransportTest, CloseWaitsForAnOnCloseAlreadyRunning) {
+  SlowCloseHandler slow;
+  auto conn = client_->Connect("127.0.0.1", port_, &slow, 5.0);
+  ASSERT_TRUE(conn.ok()) << conn.status().ToString();
+  server_->Shutdown();  // the peer goes away: the client's I/O thread runs slow.OnClose
+  for (auto deadline = Clock::now() + kWait; !slow.entered.load() && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(slow.entered.load()) << "the peer's shutdown was not noticed";
+  conn.value()->Close(Aborted("done"));
+  EXPECT_TRUE(slow.finished.load()) << "Close returned while OnClose was still running";
+  conn.value()->Close(Aborted("again"));  // after the close has completed: returns at once
 }
 
 TEST_P(TransportTest, PendingSendsCompleteWithTheCloseReason) {

@@ -406,9 +406,11 @@ Status TcpConnection::HandleAuthFrame(const uint8_t* payload, size_t len) {
 }
 
 void TcpConnection::Close(const Status& reason) {
-  if (closed_.load()) return;
   // Synchronous: once Close returns, no handler callback for this connection runs any more, so
-  // the handler may be destroyed right after.
+  // the handler may be destroyed right after. That holds even when the loop closed the
+  // connection first (e.g. a reset) and may still be inside OnClose: RunSync waits for the loop
+  // to finish that. Once the close has run to its end the loop is not touched (it may be gone).
+  if (close_done_.load()) return;
   auto self = this->self();
   loop_->RunSync([self, reason] { self->CloseOnLoop(reason); });
 }
@@ -436,6 +438,7 @@ void TcpConnection::CloseOnLoop(const Status& reason) {
   handler_->OnClose(*this, reason);
   for (auto& e : pending)
     if (e.on_done) e.on_done(reason);
+  close_done_.store(true);
 }
 
 }  // namespace byteps::transport::tcp

@@ -105,6 +105,7 @@ class TcpConnection : public Connection {
   std::deque<SendEntry> send_queue_;  // guarded by send_mu_
   bool want_write_ = false;           // EPOLLOUT armed; guarded by send_mu_
   std::atomic<bool> closed_{false};
+  std::atomic<bool> close_done_{false};  // OnClose and the pending sends' callbacks have run
   Status close_reason_;               // guarded by send_mu_
 
   // Read state (loop thread only).

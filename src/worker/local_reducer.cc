@@ -324,19 +324,28 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
 
 void LocalReducer::OnClose(transport::Connection& c, const Status& reason) {
   Status st;
+  int dead_pid = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return;
     if (is_root()) {
       auto pit = peers_.find(static_cast<int>(c.tag));
       if (pit == peers_.end() || pit->second.left) return;
+      dead_pid = pit->second.pid;
       st = Unavailable(fmt::format("{} on this host died: {}", c.peer_name(), reason.message()));
     } else {
+      dead_pid = root_pid_;
       st = Unavailable(fmt::format("lost the local root (local rank {}): {}", options_.local_size - 1,
                                    reason.message()));
     }
   }
   BYTEPS_LOG(Error, "{}", st.message());
+  // A peer that went without saying goodbye may have been killed: nobody else would unlink the
+  // segments it created. Ours are unlinked when this process tears down.
+  if (dead_pid > 0) {
+    int removed = ShmSegment::RemoveCreatedBy(dead_pid, options_.job);
+    if (removed > 0) BYTEPS_LOG(Warning, "removed {} shared-memory segments of the lost pid {}", removed, dead_pid);
+  }
   FailAll(st);
   if (on_failure_) on_failure_(st);
 }

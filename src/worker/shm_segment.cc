@@ -69,18 +69,33 @@ ShmSegment::~ShmSegment() {
   if (owner_) ::shm_unlink(name_.c_str());
 }
 
-int ShmSegment::RemoveStale() {
+namespace {
+// Unlinks the byteps segments in /dev/shm for which `doomed(name, creator pid)` holds.
+template <typename Pred>
+int RemoveSegments(Pred doomed) {
   DIR* d = ::opendir("/dev/shm");
   if (d == nullptr) return 0;
   int removed = 0;
   while (dirent* e = ::readdir(d)) {
     int pid = 0;
     if (std::sscanf(e->d_name, "byteps-%d-", &pid) != 1 || pid <= 0) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    if (!doomed(std::string(e->d_name), pid)) continue;
     if (::shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0) ++removed;
   }
   ::closedir(d);
   return removed;
+}
+}  // namespace
+
+int ShmSegment::RemoveStale() {
+  return RemoveSegments([](const std::string&, int pid) {
+    return ::kill(pid, 0) != 0 && errno == ESRCH;  // gone (alive, or not ours to judge: kept)
+  });
+}
+
+int ShmSegment::RemoveCreatedBy(int creator_pid, const std::string& job) {
+  std::string prefix = Name(creator_pid, job, "").substr(1);  // "byteps-<pid>-<job>-"
+  return RemoveSegments([&](const std::string& name, int) { return name.starts_with(prefix); });
 }
 
 }  // namespace byteps::worker

@@ -31,6 +31,9 @@ class ShmSegment {
   static std::string Name(int creator_pid, const std::string& job, const std::string& suffix);
   // Unlinks /dev/shm/byteps-<pid>-* segments whose creator no longer runs. Returns how many.
   static int RemoveStale();
+  // Unlinks every segment process `creator_pid` created for `job` (it died, e.g. kill -9, and
+  // cannot unlink them itself). Mappings that exist stay valid. Returns how many.
+  static int RemoveCreatedBy(int creator_pid, const std::string& job);
 
  private:
   ShmSegment(std::string name, uint8_t* data, size_t size, bool owner)

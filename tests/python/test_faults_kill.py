@@ -423,8 +423,6 @@ print("FINISHED WITHOUT ERROR", flush=True)
 
 @pytest.mark.parametrize("local_victim", [0, 1], ids=["non-root", "root"])
 def test_kill9_local_process_cleans_shared_memory(cluster, local_victim):
-    pytest.xfail("known gap (docs/status.md): segments of a kill -9'd local process are removed only by "
-                 "the next job's start-up (ShmSegment::RemoveStale), not by the surviving processes")
     # The local root is the highest local rank (1).  Host 1's victim dies mid-training: its
     # neighbour names its local rank, the other host names worker 1, and no segment is left.
     secret = secrets.token_hex(16)

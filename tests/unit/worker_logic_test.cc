@@ -1,6 +1,8 @@
 // The worker's pure logic: partitioning, key/server assignment, priority + credit scheduling, and
-// the per-dtype division that turns a sum into an average.
+// the per-dtype division that turns a sum into an average; removing a lost peer's shared memory.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include "worker/key_assigner.h"
 #include "worker/partitioner.h"
 #include "worker/priority_scheduler.h"
+#include "worker/shm_segment.h"
 
 namespace byteps::worker {
 namespace {
@@ -401,6 +404,30 @@ TEST(AverageTest, DivisorOneAndEmptyAreNoOps) {
   EXPECT_EQ(x[0], -7);
   EXPECT_EQ(x[1], 9);
   DivideInPlace(nullptr, 0, DataType::kFloat32, 3);
+}
+
+// ---- ShmSegment -------------------------------------------------------------------------------
+
+bool ShmExists(const std::string& name) {
+  struct stat st{};
+  return ::stat(("/dev/shm" + name).c_str(), &st) == 0;
+}
+
+TEST(ShmSegmentTest, RemoveCreatedByTakesOnlyThatProcessesSegmentsOfThatJob) {
+  const int pid = static_cast<int>(getpid());
+  const std::string job = "wl" + std::to_string(pid), other = job + "x";
+  auto a = ShmSegment::Create(ShmSegment::Name(pid, job, "a"), 64);
+  auto b = ShmSegment::Create(ShmSegment::Name(pid, job, "b"), 0);
+  auto c = ShmSegment::Create(ShmSegment::Name(pid, other, "a"), 64);  // another job: kept
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  a.value()->data()[0] = 42;
+  EXPECT_EQ(ShmSegment::RemoveCreatedBy(pid, job), 2);
+  EXPECT_FALSE(ShmExists(a.value()->name()));
+  EXPECT_FALSE(ShmExists(b.value()->name()));
+  EXPECT_TRUE(ShmExists(c.value()->name()));
+  EXPECT_EQ(a.value()->data()[0], 42);  // an existing mapping stays valid
+  EXPECT_EQ(ShmSegment::RemoveCreatedBy(pid, job), 0);
+  EXPECT_FALSE(ShmSegment::Open(ShmSegment::Name(pid, job, "a"), 64).ok());
 }
 
 }  // namespace

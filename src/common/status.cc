@@ -24,7 +24,9 @@ std::string Status::ToString() const {
 
 Status Status::WithContext(const std::string& context) const {
   if (ok()) return *this;
-  return Status(code_, context + ": " + message_);
+  std::string prefix = context + ": ";
+  if (message_.starts_with(prefix)) return *this;  // the same context added twice on the way up
+  return Status(code_, prefix + message_);
 }
 
 }  // namespace byteps

@@ -36,6 +36,7 @@ class Status {
   std::string ToString() const;
 
   // Returns a copy whose message is "context: message" (same code).
+  // "<context>: <message>" (unchanged if the message already starts with that context).
   Status WithContext(const std::string& context) const;
 
  private:

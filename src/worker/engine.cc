@@ -235,7 +235,7 @@ StatusOr<HandleId> Engine::EnqueueLocal(const TensorRequest& r) {
   LocalReducer* local = local_.get();
   h->on_complete = [local, dk, round, out = r.output, bytes = r.bytes](const Status& st) {
     if (st.ok()) (void)local->Publish(dk, round, out, bytes);
-    else local->PublishError(dk, round, st.message());
+    else local->PublishError(dk, round, st);
   };
   TensorRequest summed = r;
   summed.input = r.output;

@@ -193,7 +193,7 @@ Status LocalReducer::Publish(uint32_t key, uint32_t round, const void* result, s
   return Status::Ok();
 }
 
-void LocalReducer::PublishError(uint32_t key, uint32_t round, const std::string& message) {
+void LocalReducer::PublishError(uint32_t key, uint32_t round, const Status& error) {
   std::vector<std::shared_ptr<transport::Connection>> conns;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -203,7 +203,8 @@ void LocalReducer::PublishError(uint32_t key, uint32_t round, const std::string&
   h.opcode = Opcode::kError;
   h.key = key;
   h.round = round;
-  for (auto& c : conns) (void)c->SendCopy(h, message);
+  h.arg = static_cast<uint32_t>(error.code());  // the local ranks raise the same kind of error
+  for (auto& c : conns) (void)c->SendCopy(h, error.message());
 }
 
 void LocalReducer::FailAll(const Status& st) {
@@ -219,6 +220,22 @@ void LocalReducer::FailAll(const Status& st) {
   }
   cv_.notify_all();
   for (auto& d : dones) d(st);
+}
+
+StatusCode LocalReducer::ErrorCodeFromWire(uint32_t arg) {
+  auto code = static_cast<StatusCode>(arg);
+  switch (code) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kPrecondition:
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:
+    case StatusCode::kProtocol:
+    case StatusCode::kInternal:
+      return code;
+    default:
+      return StatusCode::kInternal;  // OK / in progress / unknown: still an error
+  }
 }
 
 StatusOr<transport::RecvBuffer> LocalReducer::OnHeader(transport::Connection& c, const Header& h) {
@@ -307,7 +324,7 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       if (it == waiting_.end()) return;
       run = std::move(it->second.done);
       waiting_.erase(it);
-      run_status = InvalidArgument(payload);
+      run_status = Status(ErrorCodeFromWire(h.arg), payload);
       break;
     }
     case Opcode::kFinish: {

@@ -57,8 +57,8 @@ class LocalReducer : public transport::Handler {
                 Done ready);
   // Root: hands the final result of (key, round) to every non-root.
   Status Publish(uint32_t key, uint32_t round, const void* result, size_t bytes);
-  // Root: tells every non-root that (key, round) failed.
-  void PublishError(uint32_t key, uint32_t round, const std::string& message);
+  // Root: tells every non-root that (key, round) failed (code in the header's arg, message as payload).
+  void PublishError(uint32_t key, uint32_t round, const Status& error);
   // Fails everything waiting (e.g. the job failed elsewhere).
   void FailAll(const Status& st);
   // Tells the root this process leaves cleanly (non-root), so its disconnect is not a failure.
@@ -87,6 +87,8 @@ class LocalReducer : public transport::Handler {
   };
 
   LocalReducer(const LocalOptions& options, Done on_failure);
+  // The status code a peer's Error frame carries; anything but a known error code is kInternal.
+  static StatusCode ErrorCodeFromWire(uint32_t arg);
   std::string SocketName() const;
   // Root, under mu_: when (key, round) is complete, sums and returns the callback to run.
   Done MaybeReduceLocked(uint32_t key, uint32_t round);

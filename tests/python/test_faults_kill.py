@@ -454,6 +454,34 @@ def test_kill9_local_process_cleans_shared_memory(cluster, local_victim):
     check_no_leftovers(secret, watcher)
 
 
+def test_kill9_server_reaches_every_local_rank_as_a_runtime_error(cluster):
+    # The server dies mid-training. The local roots learn it from the scheduler or their data
+    # connection, the non-roots from their root: every process raises BytePSError (not the
+    # ValueError of a bad argument) naming the server, with the tensor's context said once.
+    secret = secrets.token_hex(16)
+    env = cluster.env(2, 1, {**FAULT_ENV, "BYTEPS_JOB_SECRET": secret, "BYTEPS_LOCAL_SIZE": "2"})
+    script = write_script(cluster.dir, LOCAL)
+    cluster.scheduler({**env, **SERVICE_ENV})
+    cluster.server(0, {**env, **SERVICE_ENV})
+    workers = [f"worker:{host}.{local}" for host in range(2) for local in range(2)]
+    for label in workers:
+        host, local = label.split(":")[1].split(".")
+        cluster.worker(label, script, {**env, "DMLC_WORKER_ID": host, "BYTEPS_LOCAL_RANK": local})
+    watcher = Watcher(cluster.procs)
+    watcher.wait_text("worker:0.0", "ROUND 3", timeout=25)
+    server = cluster.procs["server:0"]
+    who = {"role": "server", "host": "127.0.0.1", "rank": 0, "pid": server.popen.pid}
+    assert kill9(server), watcher.dump()
+    t_kill = time.monotonic()
+    survivors = [lb for lb in cluster.procs if lb != "server:0"]
+    expect_failed(watcher, watcher.wait_exits({lb: t_kill + DETECT_S for lb in survivors}), survivors, who)
+    for label in workers:
+        out = watcher.output(label)
+        assert "TRAIN_ERROR BytePSError:" in out, f"{label}\n{watcher.dump()}"
+        assert "push_pull of tensor 'w': push_pull of tensor" not in out, f"{label}\n{watcher.dump()}"
+    check_no_leftovers(secret, watcher)
+
+
 # --------------------------------------------------------------------------------------------
 # a host's link goes down (emulated cluster)
 

@@ -371,12 +371,7 @@ void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = nodes_.find(&c);
-    if (it == nodes_.end()) {
-      if (reason.code() == StatusCode::kProtocol) {
-        BYTEPS_LOG(Warning, "rejected a connection from {}: {}", c.peer_name(), reason.message());
-      }
-      return;
-    }
+    if (it == nodes_.end()) return;  // never registered (a refused peer is logged by the transport)
     Node node = it->second;
     nodes_.erase(it);
     cv_.notify_all();

@@ -112,8 +112,9 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
 }
 
 void Server::OnClose(transport::Connection& c, const Status& reason) {
-  if (reason.code() == StatusCode::kProtocol || c.tag < 0) {
-    BYTEPS_LOG(Warning, "dropped connection from {}: {}", c.peer_name(), reason.message());
+  if (reason.code() == StatusCode::kProtocol) return;  // refused: the transport logged it
+  if (c.tag < 0) {
+    BYTEPS_LOG(Warning, "connection from {} closed before it said Hello: {}", c.peer_name(), reason.message());
   } else {
     BYTEPS_LOG(Info, "connection from {} closed: {}", c.peer_name(), reason.message());
   }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "protocol/auth.h"
 
 namespace byteps::transport {
 namespace {
@@ -536,6 +537,55 @@ TEST(TransportAuthTest, MissingSecretOnEitherSideIsNamed) {
   }
 }
 
+// A peer that hangs up during the handshake: before it challenged us, that is the network (no
+// hint about the secret); after our proof went out, a different secret is the likely cause.
+TEST(TransportAuthTest, HangUpDuringTheHandshakeSaysWhetherTheSecretIsLikely) {
+  for (bool challenge_first : {false, true}) {
+    SCOPED_TRACE(challenge_first ? "peer challenged, then hung up" : "peer hung up at once");
+    Endpoint client(Secure("s"), false);
+    RawSocket listener;
+    ASSERT_TRUE(listener.Bind(/*listen=*/true));
+    std::thread peer([&] {
+      int fd = ::accept(listener.fd, nullptr, nullptr);
+      if (fd < 0) return;
+      if (challenge_first) {
+        uint8_t frame[kHeaderSizeForTest + protocol::kAuthNonceBytes] = {};
+        protocol::EncodeHeader(Hdr(0, protocol::kAuthNonceBytes, Opcode::kAuthChallenge), frame);
+        (void)::send(fd, frame, sizeof(frame), MSG_NOSIGNAL);
+        uint8_t sink[256];  // the client's challenge and proof
+        size_t want = 2 * kHeaderSizeForTest + protocol::kAuthNonceBytes + protocol::kAuthProofBytes, got = 0;
+        for (ssize_t n; got < want && (n = ::recv(fd, sink, sizeof(sink), 0)) > 0;) got += static_cast<size_t>(n);
+      }
+      ::close(fd);
+    });
+    auto conn = client.transport->Connect("127.0.0.1", listener.port, &client.handler, 5.0);
+    peer.join();
+    ASSERT_FALSE(conn.ok());
+    EXPECT_EQ(conn.status().code(), StatusCode::kUnavailable) << conn.status().ToString();
+    const std::string& m = conn.status().message();
+    EXPECT_NE(m.find("authentication with 127.0.0.1"), std::string::npos) << m;
+    if (challenge_first) {
+      EXPECT_NE(m.find("after this process sent its proof: does the peer use the same BYTEPS_JOB_SECRET?"),
+                std::string::npos) << m;
+    } else {
+      EXPECT_NE(m.find("a network problem, not the secret"), std::string::npos) << m;
+      EXPECT_EQ(m.find("same BYTEPS_JOB_SECRET"), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(TransportAuthTest, SecondChallengeIsNamedAsSuch) {
+  Endpoint server(Secure("s"));
+  RawSocket raw;
+  ASSERT_TRUE(raw.Connect(server.port));
+  uint8_t frame[2 * (kHeaderSizeForTest + protocol::kAuthNonceBytes)] = {};
+  protocol::EncodeHeader(Hdr(0, protocol::kAuthNonceBytes, Opcode::kAuthChallenge), frame);
+  std::memcpy(frame + sizeof(frame) / 2, frame, sizeof(frame) / 2);
+  ASSERT_EQ(::send(raw.fd, frame, sizeof(frame), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(frame)));
+  ASSERT_TRUE(server.handler.WaitCloses(1));
+  ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "sent a second AuthChallenge");
+}
+
 TEST(TransportAuthTest, FrameBeforeAuthenticationIsRefusedWithoutAllocating) {
   Endpoint server(Secure("s"));
   RawSocket raw;
@@ -545,7 +595,7 @@ TEST(TransportAuthTest, FrameBeforeAuthenticationIsRefusedWithoutAllocating) {
   ASSERT_EQ(::send(raw.fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
   ASSERT_TRUE(server.handler.WaitCloses(1));
   // Refused on its size before anything else (the pre-authentication limit is 64 bytes).
-  ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "exceeds the limit of 64");
+  ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "before the connection is authenticated (at most 64 bytes");
   EXPECT_TRUE(raw.WaitPeerClosed());
 }
 

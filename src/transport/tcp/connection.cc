@@ -83,8 +83,19 @@ Status TcpConnection::WaitAuthenticated(double timeout_s) {
     return DeadlineExceeded(fmt::format("{} did not complete authentication within {:.1f} s", peer_name(),
                                         timeout_s));
   }
-  std::lock_guard<std::mutex> send_lock(send_mu_);
-  return close_reason_;
+  Status reason;
+  {
+    std::lock_guard<std::mutex> send_lock(send_mu_);
+    reason = close_reason_;
+  }
+  if (reason.code() == StatusCode::kProtocol) return reason;  // says what was wrong itself
+  // A peer that rejects our proof hangs up right after it arrives; a close before our proof went
+  // out is the network's doing.
+  return Status(reason.code(), reason.message() + (peer_challenged_.load()
+                                                       ? " (after this process sent its proof: does the peer use the "
+                                                         "same BYTEPS_JOB_SECRET?)"
+                                                       : " (before the handshake got that far: a network problem, not "
+                                                         "the secret)"));
 }
 
 std::string TcpConnection::peer_name() const {
@@ -275,9 +286,15 @@ Status TcpConnection::ParseStaged() {
       BYTEPS_RETURN_IF_ERROR(DeliverFrame());
     } else if (!in_payload_) {
       if (avail < protocol::kHeaderSize) break;
-      const uint64_t limit = authenticated_.load() ? options_.max_payload : kPreAuthMaxPayload;
-      auto h = protocol::DecodeHeader(at, avail, limit);
+      const bool authenticated = authenticated_.load();
+      auto h = protocol::DecodeHeader(at, avail, authenticated ? options_.max_payload : UINT64_MAX);
       if (!h.ok()) return h.status().WithContext(fmt::format("frame from {}", peer_name()));
+      if (!authenticated && h->payload_len > kPreAuthMaxPayload) {  // checked before anything is allocated
+        return ProtocolError(fmt::format("frame from {}: {} with a payload of {} bytes before the connection is "
+                                         "authenticated (at most {} bytes are accepted before that)",
+                                         peer_name(), protocol::OpcodeName(h->opcode), h->payload_len,
+                                         kPreAuthMaxPayload));
+      }
       cur_ = h.value();
       stage_begin_ += protocol::kHeaderSize;
       BYTEPS_RETURN_IF_ERROR(OnFrameHeader());
@@ -361,9 +378,12 @@ Status TcpConnection::CheckBeforeAuth(const protocol::Header& h) const {
                                      "different one",
                                      peer_name(), protocol::OpcodeName(h.opcode)));
   }
-  if (authenticated_.load() || (h.opcode == protocol::Opcode::kAuthChallenge && peer_challenged_)) {
-    return ProtocolError(fmt::format("unexpected {} from {}: already authenticated", protocol::OpcodeName(h.opcode),
-                                     peer_name()));
+  if (authenticated_.load()) {
+    return ProtocolError(fmt::format("unexpected {} from {}: the connection is already authenticated",
+                                     protocol::OpcodeName(h.opcode), peer_name()));
+  }
+  if (h.opcode == protocol::Opcode::kAuthChallenge && peer_challenged_) {
+    return ProtocolError(fmt::format("{} sent a second AuthChallenge", peer_name()));
   }
   if (h.opcode == protocol::Opcode::kAuthResponse && !peer_challenged_) {
     return ProtocolError(fmt::format("{} sent AuthResponse before its AuthChallenge", peer_name()));
@@ -427,7 +447,8 @@ void TcpConnection::CloseOnLoop(const Status& reason) {
     std::lock_guard<std::mutex> lock(auth_mu_);  // wakes WaitAuthenticated
   }
   auth_cv_.notify_all();
-  if (options_.accepted && !authenticated_.load()) {
+  // The one place a refused peer is logged (handlers need not): unauthenticated, or bad bytes.
+  if (options_.accepted && (!authenticated_.load() || reason.code() == StatusCode::kProtocol)) {
     BYTEPS_LOG(Warning, "refused connection from {}: {}", peer_name(), reason.message());
   }
   // Keep ourselves alive: Remove drops the loop's reference.

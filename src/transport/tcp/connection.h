@@ -40,7 +40,8 @@ class TcpConnection : public Connection {
   // Registers with the loop and sends the authentication challenge; call once after
   // construction (needs shared_from_this).
   bool Start();
-  // Waits until the peer authenticated (OK), the connection closed (its reason) or timeout_s.
+  // Waits until the peer authenticated (OK), the connection closed (its reason, with a hint
+  // whether a different secret is likely) or timeout_s.
   Status WaitAuthenticated(double timeout_s);
   bool authenticated() const { return authenticated_.load(); }
   // True once a frame reached the Handler (used to drop silent connections without a secret).
@@ -92,7 +93,7 @@ class TcpConnection : public Connection {
   // except authenticated_ (and auth_mu_/auth_cv_ for WaitAuthenticated).
   protocol::AuthNonce own_nonce_{};
   protocol::AuthNonce peer_nonce_{};
-  bool peer_challenged_ = false;
+  std::atomic<bool> peer_challenged_{false};  // its challenge arrived (and our proof went out)
   std::atomic<bool> authenticated_{false};
   std::atomic<bool> delivered_{false};
   std::mutex auth_mu_;

@@ -87,10 +87,7 @@ class TcpTransport : public Transport {
         Status st = conn->WaitAuthenticated(auth_left);
         if (st.ok()) return std::shared_ptr<Connection>(conn);
         conn->Close(st);
-        return Status(st.code(), fmt::format("authentication with {} failed: {}{}", what, st.message(),
-                                             st.code() == StatusCode::kProtocol
-                                                 ? ""
-                                                 : " (does it use the same BYTEPS_JOB_SECRET?)"));
+        return st.WithContext(fmt::format("authentication with {} failed", what));
       }
       last = fd.status();
       if (last.code() == StatusCode::kDeadlineExceeded) break;

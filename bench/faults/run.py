@@ -131,6 +131,7 @@ class Trial:
         self.victim = None
         self.peer_thread: Optional[threading.Thread] = None
         self.peer_result: list[str] = []
+        self.undelay: Optional[threading.Timer] = None  # ends a proxy delay; cancelled at clean-up
 
     # -- set-up
 
@@ -175,7 +176,8 @@ class Trial:
                 if rng.random() < 0.5:
                     delay = round(rng.uniform(0.01, 0.1), 3)
                     self.proxy.set_delay(delay)
-                    threading.Timer(1.0, self.proxy.set_delay, args=(0,)).start()
+                    self.undelay = threading.Timer(1.0, self.end_delay)
+                    self.undelay.start()
                     detail = f"delay {delay}s for 1s"
                 else:
                     pause = round(rng.uniform(0.2, 1.5), 3)
@@ -206,6 +208,12 @@ class Trial:
                 work = lambda: self.peer_result.append(peers.garbage_peer(port, peer_rng))  # noqa: E731
             self.peer_thread = threading.Thread(target=work, daemon=True)
             self.peer_thread.start()
+
+    def end_delay(self) -> None:
+        try:
+            self.proxy.set_delay(0)
+        except RuntimeError:
+            pass  # the trial ended first and closed the proxy
 
     def landed(self) -> bool:
         """Did the fault hit the job: workers still ran when it came, and (counted proxy faults)
@@ -284,6 +292,8 @@ class Trial:
             return self.judge(job, launch, injected, hung, orphans, shm, detect, start_bound)
         finally:
             job.close()
+            if self.undelay is not None:
+                self.undelay.cancel()
             if self.proxy is not None:
                 self.proxy.close()
 

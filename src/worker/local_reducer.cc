@@ -209,9 +209,15 @@ void LocalReducer::PublishError(uint32_t key, uint32_t round, const Status& erro
 
 void LocalReducer::FailAll(const Status& st) {
   std::vector<Done> dones;
+  std::vector<std::shared_ptr<transport::Connection>> tell;  // root: the non-roots learn the cause
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.ok()) failure_ = st;
+    if (failure_.ok()) {
+      failure_ = st;
+      if (is_root())
+        for (auto& [rank, peer] : peers_)
+          if (!peer.left) tell.push_back(peer.conn);
+    }
     for (auto& [k, w] : waiting_) dones.push_back(std::move(w.done));
     waiting_.clear();
     for (auto& [k, r] : rounds_)
@@ -219,6 +225,10 @@ void LocalReducer::FailAll(const Status& st) {
     rounds_.clear();
   }
   cv_.notify_all();
+  Header h;
+  h.opcode = Opcode::kJobError;
+  h.arg = static_cast<uint32_t>(st.code());
+  for (auto& c : tell) (void)c->SendCopy(h, st.message());
   for (auto& d : dones) d(st);
 }
 
@@ -326,6 +336,15 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       waiting_.erase(it);
       run_status = Status(ErrorCodeFromWire(h.arg), payload);
       break;
+    }
+    case Opcode::kJobError: {  // non-root: the root failed (and is about to go)
+      if (is_root()) return;
+      Status st(ErrorCodeFromWire(h.arg),
+                fmt::format("the local root (local rank {}) failed: {}", options_.local_size - 1, payload));
+      BYTEPS_LOG(Error, "{}", st.message());
+      FailAll(st);
+      if (on_failure_) on_failure_(st);
+      return;
     }
     case Opcode::kFinish: {
       std::lock_guard<std::mutex> lock(mu_);

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -18,6 +21,7 @@
 #include "worker/key_assigner.h"
 #include "worker/partitioner.h"
 #include "worker/priority_scheduler.h"
+#include "worker/local_reducer.h"
 #include "worker/shm_segment.h"
 
 namespace byteps::worker {
@@ -428,6 +432,37 @@ TEST(ShmSegmentTest, RemoveCreatedByTakesOnlyThatProcessesSegmentsOfThatJob) {
   EXPECT_EQ(a.value()->data()[0], 42);  // an existing mapping stays valid
   EXPECT_EQ(ShmSegment::RemoveCreatedBy(pid, job), 0);
   EXPECT_FALSE(ShmSegment::Open(ShmSegment::Name(pid, job, "a"), 64).ok());
+}
+
+// ---- LocalReducer ------------------------------------------------------------------------------
+
+// The root fails (e.g. a server died): each non-root learns that cause, with its kind, before the
+// root goes away, instead of only "lost the local root".
+TEST(LocalReducerTest, RootFailureReachesTheNonRootsWithItsCause) {
+  LocalOptions o;
+  o.local_size = 2;
+  o.job = "lr" + std::to_string(getpid());
+  o.start_timeout_s = 10;
+  auto root_start = std::async(std::launch::async, [o]() mutable {
+    o.local_rank = 1;
+    return LocalReducer::Start(o, nullptr);
+  });
+  std::promise<Status> heard;
+  std::atomic<bool> once{false};
+  o.local_rank = 0;
+  auto non_root = LocalReducer::Start(o, [&](const Status& st) {
+    if (!once.exchange(true)) heard.set_value(st);
+  });
+  ASSERT_TRUE(non_root.ok()) << non_root.status().ToString();
+  auto root = root_start.get();
+  ASSERT_TRUE(root.ok()) << root.status().ToString();
+  root.value()->FailAll(Unavailable("server 0 (127.0.0.1:1234, pid 77) died"));
+  auto f = heard.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready) << "the non-root never heard";
+  Status st = f.get();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("local root (local rank 1) failed: server 0 (127.0.0.1:1234, pid 77) died"),
+            std::string::npos) << st.ToString();
 }
 
 }  // namespace

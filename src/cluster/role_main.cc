@@ -37,7 +37,7 @@ transport::TransportOptions TransportOptionsFor(const config::Config& c, const s
   return t;
 }
 
-Status RunScheduler(const config::Config& c) {
+SchedulerOptions SchedulerOptionsFor(const config::Config& c) {
   SchedulerOptions o;
   o.host = c.node_host.empty() ? "0.0.0.0" : c.node_host;
   o.port = c.root_port;
@@ -49,7 +49,11 @@ Status RunScheduler(const config::Config& c) {
   o.transport = TransportOptionsFor(c, "sched");
   o.transport.io_threads = 1;
   o.transport.max_payload_bytes = 1 << 20;  // control frames only
-  auto s = Scheduler::Start(o);
+  return o;
+}
+
+Status RunScheduler(const config::Config& c) {
+  auto s = Scheduler::Start(SchedulerOptionsFor(c));
   if (!s.ok()) return s.status();
   Status st = s.value()->Wait();
   s.value()->WaitDisconnect(2.0);

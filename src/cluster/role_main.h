@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cluster/cluster_client.h"
+#include "cluster/scheduler.h"
 #include "common/status.h"
 #include "config/config.h"
 
@@ -18,6 +19,9 @@ ClientOptions ClientOptionsFor(const config::Config& config, const std::string& 
 // The transport settings of `config` (threads, buffers, limits, job secret, checksum) for a
 // transport whose threads are called `name`.
 transport::TransportOptions TransportOptionsFor(const config::Config& config, const std::string& name);
+
+// The scheduler of the job described by `config`: it listens on DMLC_PS_ROOT_PORT.
+SchedulerOptions SchedulerOptionsFor(const config::Config& config);
 
 Status RunScheduler(const config::Config& config);
 

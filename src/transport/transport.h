@@ -87,7 +87,8 @@ class Transport {
   // `handler` (borrowed; must outlive the transport).
   virtual StatusOr<int> Listen(const std::string& host, int port, Handler* handler) = 0;
   // Connects, retrying refused connections until timeout_s has passed; with a secret, also
-  // authenticates within that time (an authentication failure is not retried).
+  // authenticates within that time. A failed handshake (a damaged frame, a reset, a different
+  // secret) is tried again on a new connection, 3 attempts in all, then reported.
   virtual StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port,
                                                         Handler* handler, double timeout_s) = 0;
   // Same-host variants over a Unix socket named `name` (abstract namespace).

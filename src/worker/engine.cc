@@ -65,7 +65,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
     if (!e->local_->is_root()) return e;  // only the local root talks to the scheduler and servers
   }
   if (!config.distributed()) return e;
-  BYTEPS_RETURN_IF_ERROR(e->Connect());
+  if (Status st = e->Connect(); !st.ok()) {
+    if (e->local_) e->local_->FailAll(st);  // the local non-roots learn why, not just that we left
+    return st;
+  }
   return e;
 }
 
@@ -76,7 +79,8 @@ Status Engine::Connect() {
   auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
   if (!client.ok()) return client.status();
   cluster_ = std::move(client.value());
-  rank_ = cluster_->rank() * config_.local_size + config_.local_rank;
+  host_rank_ = cluster_->rank();
+  rank_ = host_rank_ * config_.local_size + config_.local_rank;
   log::SetIdentity(fmt::format("worker:{}", cluster_->rank()));
 
   for (const auto& node : cluster_->servers()) {
@@ -108,7 +112,7 @@ StatusOr<std::shared_ptr<transport::Connection>> Engine::OpenServerConnection(in
   c->set_peer_name(protocol::Describe(node));
   Header h;
   h.opcode = Opcode::kHello;
-  h.sender = static_cast<uint32_t>(cluster_->rank());
+  h.sender = static_cast<uint32_t>(host_rank_);
   BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, ""));
   return c;
 }
@@ -148,7 +152,7 @@ std::pair<Header, std::string> Engine::InitKeyFrame(const TensorPlan& plan, cons
   Header h;
   h.opcode = Opcode::kInitKey;
   h.key = p.key;
-  h.sender = static_cast<uint32_t>(cluster_->rank());
+  h.sender = static_cast<uint32_t>(host_rank_);
   return {h, protocol::Encode(ki)};
 }
 
@@ -158,7 +162,7 @@ Header Engine::PushHeader(const PartTask& t) const {
   h.key = t.key;
   h.round = t.round;
   h.request_id = t.id;
-  h.sender = static_cast<uint32_t>(cluster_->rank());
+  h.sender = static_cast<uint32_t>(host_rank_);
   h.dtype = static_cast<uint8_t>(t.handle->request.dtype);
   h.payload_len = t.len;
   return h;

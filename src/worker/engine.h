@@ -155,6 +155,9 @@ class Engine : public transport::Handler {
 
   config::Config config_;
   int rank_ = 0;
+  // This host's worker rank (the scheduler's), kept here: the reconnect thread may still build
+  // frames after Shutdown released cluster_.
+  int host_rank_ = 0;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<cluster::ClusterClient> cluster_;
   std::unique_ptr<LocalReducer> local_;  // BYTEPS_LOCAL_SIZE > 1

@@ -77,6 +77,11 @@ Status Engine::Reconnect(int server, size_t index, const Status& reason) {
     }
     c = conn.value();
     std::unique_lock<std::mutex> lock(mu_);
+    if (shut_down_ || !failure_.ok()) {  // the job ended while we connected: nothing to resend
+      lock.unlock();
+      c->Close(Aborted("byteps was shut down"));
+      return Status::Ok();
+    }
     if (c->closed()) {
       // Dropped before it was installed: its OnClose took it for an old connection, so retry here.
       last = Unavailable(fmt::format("{} closed the new connection at once", protocol::Describe(node)));

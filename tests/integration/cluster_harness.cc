@@ -2,16 +2,13 @@
 
 #include <future>
 
+#include "cluster/role_main.h"
+
 namespace byteps::testing {
 
 ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
-  cluster::SchedulerOptions so;
-  so.host = "127.0.0.1";
-  so.num_workers = o.num_workers;
-  so.num_servers = o.num_servers;
-  so.start_timeout_s = o.timeout_s;
+  cluster::SchedulerOptions so = cluster::SchedulerOptionsFor(JobConfig());  // port 0: an ephemeral one
   so.heartbeat_timeout_s = o.heartbeat_timeout_s;
-  so.reconnect_timeout_s = o.reconnect_timeout_s;
   auto s = cluster::Scheduler::Start(so);
   BYTEPS_CHECK(s.ok());
   scheduler_ = std::move(s.value());
@@ -34,19 +31,11 @@ ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
     transport::TransportOptions to;
     to.name = "srv-ctl";
     n.control = transport::CreateTcpTransport(to);
-    cluster::ClientOptions co;
-    co.role = "server";
-    co.port = port.value();
+    cluster::ClientOptions co = cluster::ClientOptionsFor(JobConfig(), "server", port.value());
     if (o.relay_data) {
       relays_.push_back(std::make_unique<TcpRelay>(port.value()));
       co.port = relays_.back()->port();  // workers dial the relay
     }
-    co.root_port = root_port_;
-    co.reconnect_timeout_s = o.reconnect_timeout_s;
-    co.num_workers = o.num_workers;
-    co.num_servers = o.num_servers;
-    co.start_timeout_s = o.timeout_s;
-    co.heartbeat_interval_s = o.heartbeat_interval_s;
     // Join blocks until the workers are in too, so servers join on their own threads.
     server_joiners_.emplace_back([&n, co] {
       auto c = cluster::ClusterClient::Join(*n.control, co, nullptr);
@@ -55,23 +44,29 @@ ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
   }
 }
 
-config::Config ClusterHarness::WorkerConfig(int rank) const {
+config::Config ClusterHarness::JobConfig() const {
   config::Config c;
-  c.role = config::Role::kWorker;
+  c.node_host = "127.0.0.1";
   c.root_uri = "127.0.0.1";
-  c.root_port = root_port_;
-  c.reconnect_timeout_s = options_.reconnect_timeout_s;
+  c.root_port = root_port_;  // 0 until the scheduler listens
   c.num_workers = options_.num_workers;
   c.num_servers = options_.num_servers;
+  c.start_timeout_s = options_.timeout_s;
+  c.op_timeout_s = options_.timeout_s;
+  c.heartbeat_interval_s = options_.heartbeat_interval_s;
+  c.heartbeat_timeout_s = options_.heartbeat_timeout_s;
+  c.reconnect_timeout_s = options_.reconnect_timeout_s;
+  return c;
+}
+
+config::Config ClusterHarness::WorkerConfig(int rank) const {
+  config::Config c = JobConfig();
+  c.role = config::Role::kWorker;
   c.worker_id = rank;
   c.force_distributed = true;
   c.partition_bytes = options_.partition_bytes;
   c.scheduling_credit = options_.scheduling_credit;
   c.connections_per_peer = options_.connections_per_peer;
-  c.start_timeout_s = options_.timeout_s;
-  c.op_timeout_s = options_.timeout_s;
-  c.heartbeat_interval_s = options_.heartbeat_interval_s;
-  c.heartbeat_timeout_s = options_.heartbeat_timeout_s;
   c.io_threads = 1;
   return c;
 }

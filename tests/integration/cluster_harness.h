@@ -42,6 +42,8 @@ class ClusterHarness {
   Status StartWorkers();
   worker::Engine& worker(int i) { return *workers_[i]; }
   int num_workers() const { return options_.num_workers; }
+  // The job's settings (addresses, sizes, deadlines) as every role of the harness sees them.
+  config::Config JobConfig() const;
   config::Config WorkerConfig(int rank) const;
   // Drops worker i without a clean shutdown (as if its process died).
   void KillWorker(int i);

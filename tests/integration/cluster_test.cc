@@ -290,6 +290,28 @@ TEST(ClusterFaultTest, SchedulerConnectionResetRejoins) {
   EXPECT_TRUE(st.ok()) << st.ToString();
 }
 
+// Shutting down while a data connection is being re-established (the server unreachable for
+// now) is clean: the reconnect thread stops, nothing touches the released cluster client.
+TEST(ClusterFaultTest, ShutdownDuringAReconnectIsClean) {
+  for (int delay_ms : {0, 5, 20, 60, 150}) {
+    SCOPED_TRACE(fmt::format("shutdown {} ms after the reset", delay_ms));
+    HarnessOptions o;
+    o.num_workers = 1;
+    o.num_servers = 1;
+    o.relay_data = true;
+    ClusterHarness h(o);
+    ASSERT_TRUE(h.StartWorkers().ok());
+    RunRounds(h, {{"t", DataType::kFloat32, 1000}}, 1, false);
+    h.relay(0).Refuse(true);
+    h.relay(0).ResetAll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    auto t0 = std::chrono::steady_clock::now();
+    Status st = h.ShutdownAll();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  }
+}
+
 // A server that stays unreachable fails every operation within BYTEPS_RECONNECT_TIMEOUT, naming
 // it, instead of hanging until BYTEPS_TIMEOUT.
 TEST(ClusterFaultTest, UnreachableServerFailsWithinTheReconnectTimeout) {

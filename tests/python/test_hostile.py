@@ -11,7 +11,7 @@ of them (the ``target``) from this process, then checks that:
 * the job still works: two real workers then join and push_pull with exact results, and every
   process exits 0.
 
-Authentication as specified: each side's first frame is AuthChallenge (opcode 23, a 32-byte
+Authentication as specified (tools/rawwire.py builds the frames): each side's first frame is AuthChallenge (opcode 23, a 32-byte
 nonce); each answers the other's with AuthResponse (opcode 24) = HMAC-SHA256(secret,
 b"byteps-auth-v1" + role + peer_nonce + own_nonce), role b"C" from the connecting side, b"A" from
 the accepting side.  ``test_handshake_with_the_right_secret`` checks this implementation against
@@ -21,7 +21,6 @@ the core (the service's proof must verify), so that the wrong-secret tests mean 
 from __future__ import annotations
 
 import errno
-import hashlib
 import hmac
 import os
 import random
@@ -29,12 +28,17 @@ import resource
 import secrets
 import selectors
 import socket
-import struct
+import sys
 import time
 
 import pytest
 
-from conftest import free_port, write_script
+from conftest import REPO, free_port, write_script
+
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER,  # noqa: E402
+                           closed_within, frame, proof, read_frame, wire_version)
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -44,63 +48,6 @@ RSS_BOUND_KIB = 8 * 1024  # a real job runs in between (buffer pool, allocator c
 FLOOD_RSS_BOUND_KIB = 16 * 1024  # after 2000 connections were opened and dropped
 SERVICE_ENV = {"BYTEPS_AUTH_TIMEOUT": str(AUTH_TIMEOUT_S), "BYTEPS_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
                "BYTEPS_START_TIMEOUT": "30", "BYTEPS_TIMEOUT": "20"}
-
-HEADER = "<IBBBBHIIHQQQI"  # src/protocol/frame.cc: 48 bytes, little-endian
-MAGIC = 0x31535042
-REGISTER, HELLO, PUSH_PULL, AUTH_CHALLENGE, AUTH_RESPONSE = 1, 16, 18, 23, 24
-
-
-# The wire version this build speaks: learnt from the first frame a service sends (Service), so
-# that a malformed frame is refused for what is wrong with it, not for an outdated version.
-WIRE = {"version": None}
-
-
-def frame(opcode: int, payload: bytes = b"", *, version: int | None = None, magic: int = MAGIC,
-          payload_len=None, sender: int = 0, key: int = 0) -> bytes:
-    version = WIRE["version"] if version is None else version
-    assert version is not None, "the wire version is not known yet (start a Service first)"
-    return struct.pack(HEADER, magic, version, opcode, 0, 0, 0, sender, 0, 0, key, 0,
-                       len(payload) if payload_len is None else payload_len, 0) + payload
-
-
-def proof(secret: bytes, role: bytes, peer_nonce: bytes, own_nonce: bytes) -> bytes:
-    return hmac.new(secret, b"byteps-auth-v1" + role + peer_nonce + own_nonce, hashlib.sha256).digest()
-
-
-def read_exactly(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
-        data += chunk
-    return data
-
-
-def read_frame(sock: socket.socket) -> tuple[int, int, bytes]:
-    """(opcode, version, payload) of the next frame."""
-    fields = struct.unpack(HEADER, read_exactly(sock, struct.calcsize(HEADER)))
-    assert fields[0] == MAGIC, f"bad magic {fields[0]:#x} from the service"
-    assert fields[11] <= 1 << 16, f"the service announced {fields[11]} bytes"
-    return fields[2], fields[1], read_exactly(sock, fields[11])
-
-
-def closed_within(sock: socket.socket, timeout: float) -> float | None:
-    """Discards what the service sends until it closes; seconds it took, None at *timeout*."""
-    start = time.monotonic()
-    while True:
-        left = start + timeout - time.monotonic()
-        if left <= 0:
-            return None
-        sock.settimeout(left)
-        try:
-            if not sock.recv(65536):
-                return time.monotonic() - start
-        except socket.timeout:
-            return None
-        except OSError:  # reset by the service
-            return time.monotonic() - start
-
 
 def vm_rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
@@ -165,13 +112,11 @@ class Service:
             assert time.monotonic() < deadline, f"the services do not listen\n{cluster.dump()}"
             assert self.scheduler.popen.poll() is None and self.server.popen.poll() is None, cluster.dump()
             time.sleep(0.02)
-        if WIRE["version"] is None:
+        if wire_version() is None:
             with self.connect() as probe:  # its challenge tells the version (and that auth is on)
                 probe.settimeout(5)
-                header = struct.unpack(HEADER, read_exactly(probe, struct.calcsize(HEADER)))
-                assert header[0] == MAGIC and header[2] == AUTH_CHALLENGE, \
-                    f"the {target} did not open with an AuthChallenge: {header}"
-                WIRE["version"] = header[1]
+                opcode, _, _ = read_frame(probe)
+                assert opcode == AUTH_CHALLENGE, f"the {target} did not open with an AuthChallenge: {opcode}"
         time.sleep(0.3)  # the server registers with the scheduler; memory settles
         self.rss_before = vm_rss_kib(self.proc.popen.pid)
 
@@ -306,7 +251,7 @@ def test_handshake_with_the_right_secret(service):
         own = os.urandom(32)
         s.sendall(frame(AUTH_CHALLENGE, own))
         opcode, version, peer_nonce = read_frame(s)
-        assert (opcode, version, len(peer_nonce)) == (AUTH_CHALLENGE, WIRE["version"], 32), (opcode, version)
+        assert (opcode, version, len(peer_nonce)) == (AUTH_CHALLENGE, wire_version(), 32), (opcode, version)
         s.sendall(frame(AUTH_RESPONSE, proof(svc.secret.encode(), b"C", peer_nonce, own)))
         opcode, _, theirs = read_frame(s)
         assert opcode == AUTH_RESPONSE

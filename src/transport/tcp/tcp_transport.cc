@@ -18,6 +18,8 @@
 namespace byteps::transport::tcp {
 namespace {
 
+constexpr int kHandshakeAttempts = 3;  // per Connect: connections whose handshake failed
+
 class TcpTransport : public Transport {
  public:
   explicit TcpTransport(const TransportOptions& o) : options_(o) {
@@ -76,6 +78,7 @@ class TcpTransport : public Transport {
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
     Status last;
     auto backoff = std::chrono::milliseconds(10);
+    int handshake_failures = 0;
     for (;;) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0) break;
@@ -87,10 +90,15 @@ class TcpTransport : public Transport {
         Status st = conn->WaitAuthenticated(auth_left);
         if (st.ok()) return std::shared_ptr<Connection>(conn);
         conn->Close(st);
-        return st.WithContext(fmt::format("authentication with {} failed", what));
+        last = st.WithContext(fmt::format("authentication with {} failed", what));
+        // A frame damaged or a connection reset during the handshake is worth another try; a
+        // wrong secret fails every time, so it is reported after a few quick attempts.
+        if (st.code() == StatusCode::kDeadlineExceeded || ++handshake_failures >= kHandshakeAttempts) return last;
+        BYTEPS_LOG(Warning, "{}; trying again ({} of {})", last.message(), handshake_failures + 1, kHandshakeAttempts);
+      } else {
+        last = fd.status();
+        if (last.code() == StatusCode::kDeadlineExceeded) break;
       }
-      last = fd.status();
-      if (last.code() == StatusCode::kDeadlineExceeded) break;
       // The peer may not be listening yet (start-up order is free): wait and retry. This waits on
       // the transport's own condition so Shutdown() can interrupt it.
       std::unique_lock<std::mutex> lock(mu_);

@@ -43,6 +43,11 @@ import pytest
 
 from conftest import REPO, CORE_BINARY, PYTHON, job_env, write_script
 
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+# What a job leaves behind: its processes (by the secret in their environment) and its shared memory.
+from bench.faults.job import job_processes as processes_of_job, shm_leftovers as shm_of_job  # noqa: E402
+
 pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -109,38 +114,6 @@ time.sleep(float(env("BPS_TEST_LINGER", "0")))
 
 # --------------------------------------------------------------------------------------------
 # helpers
-
-
-def job_token(secret: str) -> str:
-    """The token the core names a job's shared memory with (src/worker/engine.cc JobToken)."""
-    h = 1469598103934665603
-    for ch in secret.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return f"{h & 0xFFFFFFFFFFFF:012x}"
-
-
-def shm_of_job(secret: str) -> list[str]:
-    token = job_token(secret)
-    return sorted(n for n in os.listdir("/dev/shm") if n.startswith("byteps") and token in n)
-
-
-def processes_of_job(secret: str) -> list[int]:
-    """Live, non-zombie processes whose environment holds BYTEPS_JOB_SECRET=secret."""
-    needle = f"BYTEPS_JOB_SECRET={secret}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-            stat = Path(f"/proc/{entry}/stat").read_bytes()
-        except OSError:
-            continue
-        if stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X"):
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry))
-    return found
 
 
 def names_node(output: str, role: str, host: str, rank: Optional[int] = None, pid: Optional[int] = None) -> bool:

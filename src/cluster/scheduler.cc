@@ -178,6 +178,16 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
                        options_.num_workers, options_.num_servers, r.role, r.host, r.pid));
     return;
   }
+  // The same process registering again before its old connection was seen closing (a reset
+  // during registration): the old entry is stale; its OnClose is then ignored.
+  for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+    if (it->second.req.role == r.role && it->second.req.pid == r.pid && it->second.req.host == r.host) {
+      BYTEPS_LOG(Warning, "{} registered again on a new connection; dropping the old one",
+                 protocol::Describe(it->second.info));
+      nodes_.erase(it);
+      break;
+    }
+  }
   int have = 0;
   for (auto& [_, n] : nodes_) {
     if (n.req.role != r.role) continue;

@@ -6,11 +6,15 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <thread>
+#include <condition_variable>
 #include <cstring>
 #include <future>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "common/half.h"
 #include "tests/integration/cluster_harness.h"
@@ -310,6 +314,73 @@ TEST(ClusterFaultTest, ShutdownDuringAReconnectIsClean) {
     EXPECT_TRUE(st.ok()) << st.ToString();
     EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   }
+}
+
+// Registers raw RegisterRequests with a scheduler and records its replies per connection.
+class RegistrationProbe : public transport::Handler {
+ public:
+  StatusOr<transport::RecvBuffer> OnHeader(transport::Connection&, const protocol::Header&) override {
+    return transport::RecvBuffer{};
+  }
+  void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override {
+    if (h.opcode != protocol::Opcode::kRegisterReply) return;
+    auto r = protocol::DecodeRegisterReply(std::string(reinterpret_cast<const char*>(b.data), b.size));
+    std::lock_guard<std::mutex> lock(mu_);
+    replies_[&c] = r.ok() ? r.value() : protocol::RegisterReply{r.status().message()};
+    cv_.notify_all();
+  }
+  void OnClose(transport::Connection&, const Status&) override {}
+  // The reply on `c`, waiting up to `wait`; nullopt if none came.
+  std::optional<protocol::RegisterReply> Reply(transport::Connection* c,
+                                               std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, wait, [&] { return replies_.count(c) > 0; });
+    auto it = replies_.find(c);
+    return it == replies_.end() ? std::nullopt : std::optional(it->second);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<transport::Connection*, protocol::RegisterReply> replies_;
+};
+
+// A node whose registration is sent again on a new connection before the scheduler saw the old
+// one close (a reset on the way) holds one slot, not two, and gets its rank on the new connection.
+TEST(ClusterFaultTest, RegisteringAgainReplacesTheStaleRegistration) {
+  cluster::SchedulerOptions so;
+  so.host = "127.0.0.1";
+  so.num_workers = 2;
+  so.num_servers = 0;
+  auto sched = cluster::Scheduler::Start(so);
+  ASSERT_TRUE(sched.ok()) << sched.status().ToString();
+  RegistrationProbe probe;
+  auto transport = transport::CreateTcpTransport({});
+  auto send_register = [&](int pid) {
+    auto c = transport->Connect("127.0.0.1", sched.value()->port(), &probe, 5.0);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    protocol::RegisterRequest r{.role = "worker", .host = "127.0.0.1", .pid = pid, .num_workers = 2, .num_servers = 0};
+    protocol::Header h;
+    h.opcode = protocol::Opcode::kRegister;
+    EXPECT_TRUE(c.value()->SendCopy(h, protocol::Encode(r)).ok());
+    return c.value();
+  };
+  auto stale = send_register(4242);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // registered; the rendezvous waits
+  auto again = send_register(4242);                              // the same process, old link still open
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto other = send_register(4343);
+  auto mine = probe.Reply(again.get());
+  auto theirs = probe.Reply(other.get());
+  ASSERT_TRUE(mine && theirs) << "the rendezvous did not complete";
+  EXPECT_EQ(mine->error, "");
+  EXPECT_EQ(theirs->error, "");
+  ASSERT_EQ(mine->nodes.size(), 2u);
+  EXPECT_NE(mine->nodes[0].pid, mine->nodes[1].pid) << "one process holds both worker slots";
+  EXPECT_FALSE(probe.Reply(stale.get(), std::chrono::milliseconds(300)).has_value())
+      << "the stale connection was answered";
+  sched.value()->Stop(Aborted("test over"));
+  transport->Shutdown();
 }
 
 // A server that stays unreachable fails every operation within BYTEPS_RECONNECT_TIMEOUT, naming

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 
 #include "common/logging.h"
 
@@ -15,11 +16,16 @@ using protocol::Opcode;
 
 namespace {
 constexpr double kVerdictGraceS = 5.0;
+
+std::string NewInstanceToken() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
 }  // namespace
 
 ClusterClient::ClusterClient(transport::Transport& transport, const ClientOptions& options,
                              FailureCallback on_failure)
-    : transport_(&transport), options_(options), on_failure_(std::move(on_failure)) {}
+    : transport_(&transport), options_(options), on_failure_(std::move(on_failure)), instance_(NewInstanceToken()) {}
 
 protocol::RegisterRequest ClusterClient::MakeRegisterRequest(bool rejoin) const {
   protocol::RegisterRequest req;
@@ -31,6 +37,7 @@ protocol::RegisterRequest ClusterClient::MakeRegisterRequest(bool rejoin) const 
   req.num_workers = options_.num_workers;
   req.num_servers = options_.num_servers;
   req.rejoin = rejoin;
+  req.instance = instance_;
   return req;
 }
 

@@ -85,6 +85,7 @@ class ClusterClient : public transport::Handler {
   transport::Transport* const transport_;
   ClientOptions options_;
   FailureCallback on_failure_;
+  const std::string instance_;  // RegisterRequest.instance: random, the same on every registration
   std::shared_ptr<transport::Connection> conn_;  // guarded by mu_ (replaced on rejoin)
   int rank_ = -1;
   std::vector<protocol::NodeInfo> nodes_;

@@ -181,7 +181,7 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
   // The same process registering again before its old connection was seen closing (a reset
   // during registration): the old entry is stale; its OnClose is then ignored.
   for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
-    if (it->second.req.role == r.role && it->second.req.pid == r.pid && it->second.req.host == r.host) {
+    if (!r.instance.empty() && it->second.req.instance == r.instance && it->second.req.role == r.role) {
       BYTEPS_LOG(Warning, "{} registered again on a new connection; dropping the old one",
                  protocol::Describe(it->second.info));
       nodes_.erase(it);
@@ -212,7 +212,7 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
   // The same process registering again (its connection dropped during registration), or a
   // replacement for the same requested rank: the node is no longer missing.
   std::erase_if(lost_, [&](const LostNode& l) {
-    return l.node.req.role == r.role && ((l.node.req.pid == r.pid && l.node.req.host == r.host) ||
+    return l.node.req.role == r.role && ((!r.instance.empty() && l.node.req.instance == r.instance) ||
                                          (r.requested_rank >= 0 && l.node.req.requested_rank == r.requested_rank));
   });
   Node n;

@@ -74,7 +74,7 @@ std::string Encode(const RegisterRequest& m) {
               {"host", m.host},         {"port", m.port},
               {"pid", m.pid},           {"num_workers", m.num_workers},
               {"num_servers", m.num_servers}, {"job_secret_hash", m.job_secret_hash},
-              {"rejoin", m.rejoin}});
+              {"rejoin", m.rejoin},     {"instance", m.instance}});
 }
 
 std::string Encode(const RegisterReply& m) {
@@ -106,6 +106,10 @@ StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
   if (auto it = j.find("rejoin"); it != j.end()) {  // optional (absent: a first registration)
     if (!it->is_boolean()) return ProtocolError(fmt::format("{}: field 'rejoin' is not a boolean", what));
     m.rejoin = it->get<bool>();
+  }
+  if (auto it = j.find("instance"); it != j.end()) {  // optional (absent: unknown)
+    if (!it->is_string()) return ProtocolError(fmt::format("{}: field 'instance' is not a string", what));
+    m.instance = it->get<std::string>();
   }
   return m;
 }

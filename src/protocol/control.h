@@ -32,6 +32,9 @@ struct RegisterRequest {
   int num_servers = 0;
   std::string job_secret_hash;  // reserved (authentication happens per connection, auth.h)
   bool rejoin = false;  // reconnecting after a dropped connection: requested_rank is its rank
+  // Random per node (not per process: a test may run several nodes in one), the same on every
+  // registration of that node: a registration again tells itself from a new node. "" = unknown.
+  std::string instance;
 };
 
 struct RegisterReply {

@@ -356,27 +356,28 @@ TEST(ClusterFaultTest, RegisteringAgainReplacesTheStaleRegistration) {
   ASSERT_TRUE(sched.ok()) << sched.status().ToString();
   RegistrationProbe probe;
   auto transport = transport::CreateTcpTransport({});
-  auto send_register = [&](int pid) {
+  auto send_register = [&](const std::string& instance) {  // every node in this process: one pid
     auto c = transport->Connect("127.0.0.1", sched.value()->port(), &probe, 5.0);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
-    protocol::RegisterRequest r{.role = "worker", .host = "127.0.0.1", .pid = pid, .num_workers = 2, .num_servers = 0};
+    protocol::RegisterRequest r{.role = "worker", .host = "127.0.0.1", .pid = 4242, .num_workers = 2,
+                                .num_servers = 0, .instance = instance};
     protocol::Header h;
     h.opcode = protocol::Opcode::kRegister;
     EXPECT_TRUE(c.value()->SendCopy(h, protocol::Encode(r)).ok());
     return c.value();
   };
-  auto stale = send_register(4242);
+  auto stale = send_register("node-a");
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // registered; the rendezvous waits
-  auto again = send_register(4242);                              // the same process, old link still open
+  auto again = send_register("node-a");  // the same node again, its old connection still open
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto other = send_register(4343);
+  auto other = send_register("node-b");  // another node of the same process
   auto mine = probe.Reply(again.get());
   auto theirs = probe.Reply(other.get());
   ASSERT_TRUE(mine && theirs) << "the rendezvous did not complete";
   EXPECT_EQ(mine->error, "");
   EXPECT_EQ(theirs->error, "");
-  ASSERT_EQ(mine->nodes.size(), 2u);
-  EXPECT_NE(mine->nodes[0].pid, mine->nodes[1].pid) << "one process holds both worker slots";
+  EXPECT_EQ(mine->nodes.size(), 2u);
+  EXPECT_NE(mine->rank, theirs->rank) << "node-a holds both worker slots";
   EXPECT_FALSE(probe.Reply(stale.get(), std::chrono::milliseconds(300)).has_value())
       << "the stale connection was answered";
   sched.value()->Stop(Aborted("test over"));

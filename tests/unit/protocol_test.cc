@@ -205,8 +205,12 @@ TEST(FrameTest, RandomBuffersDecodeSafely) {
 
 TEST(ControlTest, RegisterRequestRoundTrip) {
   RegisterRequest m{"server", 3, "10.0.0.7", 4242, 77, 8, 2, "abc"};
+  m.rejoin = true;
+  m.instance = "9f86d081884c7d65";
   auto d = DecodeRegisterRequest(Encode(m));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->rejoin);
+  EXPECT_EQ(d->instance, "9f86d081884c7d65");
   EXPECT_EQ(d->role, "server");
   EXPECT_EQ(d->requested_rank, 3);
   EXPECT_EQ(d->host, "10.0.0.7");
@@ -224,6 +228,17 @@ TEST(ControlTest, RegisterRequestRoundTrip) {
   EXPECT_EQ(d->pid, std::numeric_limits<int>::max());
   EXPECT_EQ(d->num_workers, std::numeric_limits<int>::min());
   EXPECT_EQ(d->job_secret_hash, ext.job_secret_hash);
+
+  // rejoin and instance are optional (absent from older nodes); present, they must be typed right.
+  d = DecodeRegisterRequest(R"({"role": "worker", "requested_rank": -1, "host": "h", "port": 0, "pid": 1,
+                                "num_workers": 1, "num_servers": 1, "job_secret_hash": ""})");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(d->rejoin);
+  EXPECT_EQ(d->instance, "");
+  d = DecodeRegisterRequest(R"({"role": "worker", "requested_rank": -1, "host": "h", "port": 0, "pid": 1,
+                                "num_workers": 1, "num_servers": 1, "job_secret_hash": "", "instance": 7})");
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("'instance'"), std::string::npos) << d.status().ToString();
 }
 
 TEST(ControlTest, RegisterReplyRoundTripWithNodes) {

@@ -74,12 +74,18 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
     // little longer than that so its verdict (which names the missing nodes) arrives first.
     double left = options.start_timeout_s + kVerdictGraceS -
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty() || !raw->join_lost_.ok(); },
+    // conn_->closed(): it may have closed before it became conn_, when OnClose took it for stale.
+    st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty() || !raw->join_lost_.ok() ||
+                                   raw->conn_->closed(); },
                     std::max(left, 0.1), "registration with the scheduler");
     Status lost;
     {
       std::lock_guard<std::mutex> lock(c->mu_);
-      lost = c->registered_ || !c->refusal_.empty() ? Status::Ok() : c->join_lost_;
+      if (!c->registered_ && c->refusal_.empty()) {
+        lost = !c->join_lost_.ok() ? c->join_lost_
+               : c->conn_->closed() ? Unavailable("the scheduler closed the connection")
+                                    : Status::Ok();
+      }
     }
     if (!st.ok() || lost.ok()) break;
     // The connection dropped before the scheduler answered (e.g. reset on the way): register again.
@@ -217,6 +223,7 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
     case Opcode::kRegisterReply: {
       auto r = protocol::DecodeRegisterReply(payload);
       std::lock_guard<std::mutex> lock(mu_);
+      if (&c != conn_.get()) break;  // an earlier attempt's connection: its answer is stale
       if (!r.ok()) {
         refusal_ = r.status().message();
       } else if (!r->error.empty()) {
@@ -315,8 +322,14 @@ void ClusterClient::Rejoin(Status reason) {
       return;
     }
     last = TryRejoin(std::min(left, 1.0));  // short attempts: a shutdown must not wait long
-    if (last.ok()) break;
     std::unique_lock<std::mutex> lock(mu_);
+    // OnClose ignores the current connection while rejoining_ is set, so a close right after the
+    // reply must be seen here, under the same lock, or nobody would notice it.
+    if (last.ok() && !conn_->closed()) {
+      rejoining_ = false;
+      return;
+    }
+    if (last.ok()) last = Unavailable("the new connection dropped right after the rejoin");
     cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -337,7 +350,10 @@ Status ClusterClient::TryRejoin(double timeout_s) {
   }
   Header h;
   h.opcode = Opcode::kRegister;
-  BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, protocol::Encode(MakeRegisterRequest(true))));
+  if (Status st = c->SendCopy(h, protocol::Encode(MakeRegisterRequest(true))); !st.ok()) {
+    c->Close(st);
+    return st;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   bool answered = cv_.wait_for(lock, std::chrono::duration<double>(std::max(timeout_s, 1.0)), [&] {
     return rejoined_ || terminated_ || !refusal_.empty() || c->closed() || stopping_;
@@ -349,7 +365,11 @@ Status ClusterClient::TryRejoin(double timeout_s) {
     Fail(Aborted("the scheduler refused this " + options_.role + "'s rejoin: " + why));
     return Status::Ok();
   }
-  if (!answered || !rejoined_) return Unavailable(answered ? "the new connection dropped" : "no answer to the rejoin");
+  if (!answered || !rejoined_) {
+    lock.unlock();
+    c->Close(Unavailable("no answer to the rejoin"));  // nothing may keep calling into us later
+    return Unavailable(answered ? "the new connection dropped" : "no answer to the rejoin");
+  }
   // Repeat what the scheduler may have missed while we were away.
   std::vector<std::pair<uint64_t, bool>> barriers(pending_barriers_.begin(), pending_barriers_.end());
   bool finish = finish_sent_;

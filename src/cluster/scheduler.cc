@@ -109,7 +109,8 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
       } else if (h.opcode == Opcode::kBarrier && rendezvous_done_) {
         auto& members = barriers_[h.key];
         members.insert(&c);
-        size_t expected = (h.flags & 1) ? nodes_.size() : static_cast<size_t>(options_.num_workers);
+        // All nodes of the job, including any away for a rejoin: they are part of the barrier.
+        size_t expected = static_cast<size_t>(options_.num_workers) + ((h.flags & 1) ? options_.num_servers : 0);
         if (members.size() == expected) {
           for (auto* m : members) {
             Header r;

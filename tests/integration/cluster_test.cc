@@ -326,7 +326,7 @@ class RegistrationProbe : public transport::Handler {
     if (h.opcode != protocol::Opcode::kRegisterReply) return;
     auto r = protocol::DecodeRegisterReply(std::string(reinterpret_cast<const char*>(b.data), b.size));
     std::lock_guard<std::mutex> lock(mu_);
-    replies_[&c] = r.ok() ? r.value() : protocol::RegisterReply{r.status().message()};
+    replies_[&c] = r.ok() ? r.value() : protocol::RegisterReply{.error = r.status().message(), .rank = -1, .nodes = {}};
     cv_.notify_all();
   }
   void OnClose(transport::Connection&, const Status&) override {}
@@ -360,7 +360,7 @@ TEST(ClusterFaultTest, RegisteringAgainReplacesTheStaleRegistration) {
     auto c = transport->Connect("127.0.0.1", sched.value()->port(), &probe, 5.0);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     protocol::RegisterRequest r{.role = "worker", .host = "127.0.0.1", .pid = 4242, .num_workers = 2,
-                                .num_servers = 0, .instance = instance};
+                                .num_servers = 0, .job_secret_hash = "", .instance = instance};
     protocol::Header h;
     h.opcode = protocol::Opcode::kRegister;
     EXPECT_TRUE(c.value()->SendCopy(h, protocol::Encode(r)).ok());

@@ -68,10 +68,18 @@ bool TcpConnection::Start() {
     if (!SendCopy(h, nonce_bytes).ok()) return false;
   }
   auto self = this->self();
-  std::lock_guard<std::mutex> lock(send_mu_);
-  uint32_t events = EPOLLIN | EPOLLRDHUP | (want_write_ ? EPOLLOUT : 0);
-  // The loop's callback table holds the only strong reference the loop keeps; Remove drops it.
-  return loop_->Add(fd_, events, [self](uint32_t ev) { self->OnEvents(ev); });
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    uint32_t events = EPOLLIN | EPOLLRDHUP | (want_write_ ? static_cast<uint32_t>(EPOLLOUT) : 0u);
+    // The loop's callback table holds the only strong reference the loop keeps; Remove drops it.
+    if (!loop_->Add(fd_, events, [self](uint32_t ev) { self->OnEvents(ev); })) return false;
+  }
+  // A failed challenge send may have closed us on the loop before Add (its Remove found
+  // nothing): take the registration back, or the loop would keep a dead fd (and us) forever.
+  // (Closed after Add, e.g. the handshake already failed, this Remove is a harmless repeat; the
+  // caller learns the reason from WaitAuthenticated.)
+  if (closed_.load()) loop_->RunSync([self] { self->loop_->Remove(self->fd_); });
+  return true;
 }
 
 Status TcpConnection::WaitAuthenticated(double timeout_s) {

@@ -79,21 +79,29 @@ class TcpTransport : public Transport {
     Status last;
     auto backoff = std::chrono::milliseconds(10);
     int handshake_failures = 0;
+    Status telling;  // the handshake failure that says most: a protocol error (e.g. a wrong proof)
     for (;;) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0) break;
       auto fd = once(left);
       if (fd.ok()) {
-        BYTEPS_ASSIGN_OR_RETURN(auto conn, Adopt(fd.value(), handler, /*accepted=*/false));
-        if (options_.secret.empty()) return std::shared_ptr<Connection>(conn);
-        double auth_left = std::max(1.0, std::chrono::duration<double>(deadline - Clock::now()).count());
-        Status st = conn->WaitAuthenticated(auth_left);
-        if (st.ok()) return std::shared_ptr<Connection>(conn);
-        conn->Close(st);
+        auto adopted = Adopt(fd.value(), handler, /*accepted=*/false);
+        if (!adopted.ok() && adopted.status().code() != StatusCode::kUnavailable) return adopted.status();
+        if (adopted.ok() && options_.secret.empty()) return std::shared_ptr<Connection>(adopted.value());
+        Status st = adopted.status();
+        if (adopted.ok()) {
+          double auth_left = std::max(0.05, std::chrono::duration<double>(deadline - Clock::now()).count());
+          st = adopted.value()->WaitAuthenticated(auth_left);
+          if (st.ok()) return std::shared_ptr<Connection>(adopted.value());
+          adopted.value()->Close(st);
+        }
         last = st.WithContext(fmt::format("authentication with {} failed", what));
+        if (st.code() == StatusCode::kProtocol && telling.ok()) telling = last;
         // A frame damaged or a connection reset during the handshake is worth another try; a
         // wrong secret fails every time, so it is reported after a few quick attempts.
-        if (st.code() == StatusCode::kDeadlineExceeded || ++handshake_failures >= kHandshakeAttempts) return last;
+        if (st.code() == StatusCode::kDeadlineExceeded || ++handshake_failures >= kHandshakeAttempts) {
+          return telling.ok() ? last : telling;
+        }
         BYTEPS_LOG(Warning, "{}; trying again ({} of {})", last.message(), handshake_failures + 1, kHandshakeAttempts);
       } else {
         last = fd.status();
@@ -156,7 +164,13 @@ class TcpTransport : public Transport {
       std::erase_if(conns_, [](const std::weak_ptr<TcpConnection>& w) { return w.expired(); });
       conns_.push_back(conn);
     }
-    if (!conn->Start()) return Internal("cannot register connection with the event loop");
+    if (!conn->Start()) {
+      if (conn->closed()) {
+        return Unavailable(fmt::format("{} closed the connection at once (before the handshake got that far: a "
+                                       "network problem, not the secret)", conn->peer_name()));
+      }
+      return Internal("cannot register connection with the event loop");
+    }
     return conn;
   }
 

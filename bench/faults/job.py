@@ -15,6 +15,7 @@ SIGKILLs the process groups of those still running.
 from __future__ import annotations
 
 import os
+import random
 import re
 import secrets
 import signal
@@ -50,7 +51,18 @@ def use_snapshot(directory: Path) -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port that is free now, drawn below the kernel's ephemeral range (32768+): a port the
+    kernel hands out (e.g. to a client socket) cannot take it before the service binds it."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the range is crowded: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

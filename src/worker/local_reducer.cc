@@ -58,8 +58,9 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
   }
   auto c = r->transport_->ConnectLocal(r->SocketName(), raw, timeout);
   if (!c.ok()) {
-    return c.status().WithContext(fmt::format("local rank {} cannot reach its local root (rank {})",
-                                              options.local_rank, options.local_size - 1));
+    return c.status().WithContext(
+        fmt::format("local rank {} cannot reach its local root (local rank {}; is that process running?)",
+                    options.local_rank, options.local_size - 1));
   }
   r->root_ = c.value();
   r->root_->set_peer_name(fmt::format("local root (local rank {})", options.local_size - 1));

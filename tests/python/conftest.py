@@ -17,6 +17,7 @@ Every subprocess runs under a timeout and is killed (its whole process group) at
 from __future__ import annotations
 
 import os
+import random
 import select
 import signal
 import socket
@@ -79,7 +80,18 @@ def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port that is free now, drawn below the kernel's ephemeral range (32768+): a port the
+    kernel hands out (e.g. to a client socket) cannot take it before the service binds it."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the range is crowded: any free port
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -15,8 +15,9 @@ from the trial's own RNG (``seed`` and trial number, so any trial can be rerun a
   [0, ``--window``] s after the launch (start-up, training or shutdown);
 * proxy-reset / proxy-cut / proxy-delay / proxy-corrupt / proxy-truncate / proxy-duplicate /
   proxy-refuse: one link (the scheduler's or one server's) goes through
-  ``tools.faultproxy.FaultProxy``; at the random time the fault is applied to it (corrupt with
-  BYTEPS_CHECKSUM=1 everywhere; refuse: every connection reset and new ones refused for good);
+  ``tools.faultproxy.FaultProxy``; at the random time the fault is applied to it (corrupt and
+  duplicate with BYTEPS_CHECKSUM=1 everywhere; refuse: every connection reset and new ones
+  refused for good);
 * wrong-secret: a peer that runs the authentication handshake with a wrong secret, against
   the scheduler or a server; garbage: a peer that sends one of several malformed messages;
 * none.
@@ -122,7 +123,9 @@ class Trial:
         self.at = round(self.rng.uniform(0.0, args.window), 3) if self.fault != "none" else 0.0
         self.local_size = 2 if self.rng.random() < args.local_prob else 1
         self.settings = dict(settings)
-        if self.fault == "proxy-corrupt":
+        # Altered or duplicated bytes inside a payload are only caught by checksums (TCP never
+        # does that itself; a broken middlebox can): these trials run the way such a link must.
+        if self.fault in ("proxy-corrupt", "proxy-duplicate"):
             self.settings["BYTEPS_CHECKSUM"] = "1"
         self.record: dict = {"trial": index, "fault": self.fault, "at_s": self.at,
                              "local_size": self.local_size}
@@ -243,7 +246,7 @@ class Trial:
             return names + ([f"local rank {local}"] if local else [])
         if self.proxy_target is not None:
             names = [self.proxy_target.split(":")[0]]
-            return names + (["checksum", "CRC", "crc"] if self.fault == "proxy-corrupt" else [])
+            return names + (["checksum", "CRC", "crc"] if self.fault in ("proxy-corrupt", "proxy-duplicate") else [])
         return []
 
     # -- run and judge

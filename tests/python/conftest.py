@@ -17,10 +17,8 @@ Every subprocess runs under a timeout and is killed (its whole process group) at
 from __future__ import annotations
 
 import os
-import random
 import select
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -37,8 +35,11 @@ PACKAGE_DIR = PYTHON_DIR / "byteps"
 CORE_BINARY = PACKAGE_DIR / "_bin" / "byteps-core"
 PYTHON = sys.executable
 
-if str(PYTHON_DIR) not in sys.path:
-    sys.path.insert(0, str(PYTHON_DIR))
+for _path in (PYTHON_DIR, REPO):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench.faults.job import free_port  # noqa: E402,F401  (re-exported for the tests)
 
 # Child processes get these unless a test overrides them: nothing may hang for long.
 DEFAULT_JOB_ENV = {
@@ -77,23 +78,6 @@ def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     env.update(DEFAULT_JOB_ENV)
     env.update(extra or {})
     return env
-
-
-def free_port() -> int:
-    """A port that is free now, drawn below the kernel's ephemeral range (32768+): a port the
-    kernel hands out (e.g. to a client socket) cannot take it before the service binds it."""
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # the range is crowded: any free port
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pid_alive(pid: int) -> bool:

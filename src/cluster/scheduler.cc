@@ -388,31 +388,19 @@ void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
     cv_.notify_all();
     for (auto& [_, members] : barriers_) members.erase(&c);
     if (job_over_) return;
-    if (!rendezvous_done_ && options_.reconnect_timeout_s > 0) {
-      // Its slot is free again. The same process may register again (a reset during
-      // registration); if it does not within the reconnect timeout, it is dead (Watchdog).
-      BYTEPS_LOG(Warning, "{} disconnected before the job started: {}; it has {:g} s to register again "
-                 "(BYTEPS_RECONNECT_TIMEOUT)", protocol::Describe(node.info), reason.message(),
-                 options_.reconnect_timeout_s);
+    // A dropped connection is not yet a death: the node may rejoin (after the rendezvous) or
+    // register again (before it: its slot is free meanwhile); the Watchdog enforces the deadline.
+    const char* when = rendezvous_done_ ? "" : " before the job started";
+    if (options_.reconnect_timeout_s > 0 || node.finished) {
+      BYTEPS_LOG(Warning, "lost the connection to {}{}: {}; it has {:g} s to {} (BYTEPS_RECONNECT_TIMEOUT)",
+                 protocol::Describe(node.info), when, reason.message(), options_.reconnect_timeout_s,
+                 rendezvous_done_ ? "rejoin" : "register again");
       lost_.push_back({node, reason.message(), Deadline(options_.reconnect_timeout_s)});
       return;
     }
-    if (!rendezvous_done_) {
-      FailJobLocked(Unavailable(fmt::format("{} died before the job started: it registered, then its "
-                                            "connection was lost ({})",
-                                            protocol::Describe(node.info), reason.message())),
-                    &node.info, &out);
-    } else if (options_.reconnect_timeout_s > 0 || node.finished) {
-      // A dropped connection is not yet a death: the node may rejoin (transient reset).
-      BYTEPS_LOG(Warning, "lost the connection to {}: {}; it has {:g} s to rejoin (BYTEPS_RECONNECT_TIMEOUT)",
-                 protocol::Describe(node.info), reason.message(), options_.reconnect_timeout_s);
-      lost_.push_back({node, reason.message(), Deadline(options_.reconnect_timeout_s)});
-      return;
-    } else {
-      FailJobLocked(Unavailable(fmt::format("{} died: connection lost ({})", protocol::Describe(node.info),
-                                            reason.message())),
-                    &node.info, &out);
-    }
+    FailJobLocked(Unavailable(fmt::format("{} died{}: connection lost ({})", protocol::Describe(node.info), when,
+                                          reason.message())),
+                  &node.info, &out);
   }
   Flush(&out);
 }

@@ -319,6 +319,10 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   }
   table_ = reply.nodes;
   rendezvous_done_ = true;
+  // Nodes start heart-beating once the rendezvous is complete: the silence clock starts now, not
+  // at registration (an early node may wait far longer than PS_HEARTBEAT_TIMEOUT for the last).
+  const auto now = Clock::now();
+  for (Node* n : order) n->last_seen = now;
   lost_.clear();  // nodes that left during registration and were replaced
   BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);
 }

@@ -309,7 +309,14 @@ def test_kill9(cluster, phase, victim):
             # Worker 1 calls shutdown() after the death: that later operation fails too.
             assert "SHUTDOWN_ERROR" in watcher.output("worker:1"), watcher.dump()
     if killed:
-        assert victim_proc.popen.returncode == -signal.SIGKILL
+        rc = victim_proc.popen.returncode
+        if phase == "after_finish":
+            # Once both workers finished, the scheduler ends the job (and the servers follow): the
+            # victim may exit 0 between our check that it runs and the signal's delivery. Either
+            # outcome is correct; the survivors' checks above hold for both.
+            assert rc in (0, -signal.SIGKILL), f"{label} exited {rc}\n{watcher.dump()}"
+        else:
+            assert rc == -signal.SIGKILL, f"{label} exited {rc}\n{watcher.dump()}"
     check_no_leftovers(secret, watcher)
 
 

@@ -17,6 +17,16 @@ namespace {
 using byteps::Status;
 using byteps::StatusCode;
 
+// The C ABI's codes are StatusCode's values: byteps_last_error_code() returns st.code() as is.
+constexpr bool SameCode(int c_code, StatusCode code) { return c_code == static_cast<int>(code); }
+static_assert(SameCode(BYTEPS_OK, StatusCode::kOk) && SameCode(BYTEPS_INVALID_ARGUMENT, StatusCode::kInvalidArgument) &&
+                  SameCode(BYTEPS_PRECONDITION, StatusCode::kPrecondition) &&
+                  SameCode(BYTEPS_UNAVAILABLE, StatusCode::kUnavailable) &&
+                  SameCode(BYTEPS_DEADLINE_EXCEEDED, StatusCode::kDeadlineExceeded) &&
+                  SameCode(BYTEPS_ABORTED, StatusCode::kAborted) && SameCode(BYTEPS_PROTOCOL, StatusCode::kProtocol) &&
+                  SameCode(BYTEPS_INTERNAL, StatusCode::kInternal),
+              "enum byteps_status (include/byteps/c_api.h) must match byteps::StatusCode");
+
 std::mutex g_mu;
 std::shared_ptr<byteps::worker::Engine> g_engine;  // guarded by g_mu
 

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "protocol/error_frame.h"
 
 namespace byteps::cluster {
 
@@ -251,7 +252,7 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
       break;
     }
     case Opcode::kJobError:
-      Fail(Aborted(fmt::format("the scheduler ended the job: {}", payload)));
+      Fail(protocol::StatusFromErrorFrame(h, fmt::format("the scheduler ended the job: {}", payload)));
       break;
     case Opcode::kTerminate: {
       if (h.arg != 0) Fail(Aborted("the scheduler terminated the job after a failure"));

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/logging.h"
+#include "protocol/error_frame.h"
 
 namespace byteps::cluster {
 
@@ -361,9 +362,7 @@ void Scheduler::FailJobLocked(const Status& reason, const protocol::NodeInfo* de
       h.opcode = Opcode::kNodeFailed;
       out->push_back({n.conn, {h, protocol::Encode(notice)}});
     } else {
-      Header h;
-      h.opcode = Opcode::kJobError;
-      out->push_back({n.conn, {h, reason.message()}});
+      out->push_back({n.conn, {protocol::ErrorHeader(Opcode::kJobError, reason.code()), reason.message()}});
     }
   }
   result_ = reason;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "protocol/key_layout.h"
 
 namespace byteps::server {
 
@@ -30,10 +31,8 @@ StatusOr<int> Server::Listen(const std::string& host, int port) {
 }
 
 SumEngine& Server::ShardFor(uint64_t key) {
-  // Partitions of one tensor have consecutive low bits; mixing both halves spreads a large
-  // tensor's partitions and many small tensors alike over the shards.
-  uint64_t h = (key >> 16) + (key & 0xffff);
-  return *shards_[h % shards_.size()];
+  // MixKey spreads a large tensor's partitions and many small tensors alike over the shards.
+  return *shards_[protocol::MixKey(key) % shards_.size()];
 }
 
 StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const Header& h) {

@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "common/reducer.h"
+#include "protocol/error_frame.h"
 
 namespace byteps::server {
 
@@ -62,12 +63,8 @@ void SumEngine::Run() {
 }
 
 void SumEngine::ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
-                           uint64_t request_id, const std::string& message) {
-  Header h;
-  h.opcode = Opcode::kError;
-  h.key = key;
-  h.request_id = request_id;
-  (void)conn->SendCopy(h, message);
+                           uint64_t request_id, const Status& error) {
+  (void)conn->SendCopy(protocol::ErrorHeader(Opcode::kError, error.code(), key, request_id), error.message());
 }
 
 void SumEngine::HandleInit(InitTask& t) {
@@ -95,13 +92,13 @@ void SumEngine::HandleInit(InitTask& t) {
                       DescribeDecl(t.init).substr(DescribeDecl(t.init).find("of ") + 3), t.worker);
   }
   BYTEPS_LOG(Error, "{}", msg);
-  if (ks.error.empty()) ks.error = msg;
+  if (ks.error.ok()) ks.error = InvalidArgument(msg);
   // Everyone who is waiting on this key gets the error, and so does the worker that sent it.
-  for (const Waiter& w : ks.waiters) ReplyError(w.conn, t.key, w.request_id, msg);
+  for (const Waiter& w : ks.waiters) ReplyError(w.conn, t.key, w.request_id, ks.error);
   ks.waiters.clear();
   ks.accum.reset();
   ks.pushed = 0;
-  ReplyError(t.conn, t.key, 0, msg);
+  ReplyError(t.conn, t.key, 0, ks.error);
 }
 
 void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
@@ -122,18 +119,19 @@ void SumEngine::HandlePush(PushTask& t) {
   auto it = keys_.find(t.key);
   if (it == keys_.end() || !it->second.initialized) {
     ReplyError(t.conn, t.key, t.request_id,
-               fmt::format("push for key {} from worker {} before its declaration (InitKey)", t.key, t.worker));
+               ProtocolError(fmt::format("push for key {} from worker {} before its declaration (InitKey)", t.key,
+                                         t.worker)));
     return;
   }
   KeyState& ks = it->second;
-  if (!ks.error.empty()) {
+  if (!ks.error.ok()) {
     ReplyError(t.conn, t.key, t.request_id, ks.error);
     return;
   }
   if (t.bytes != ks.init.bytes || t.dtype != ks.init.dtype) {
     ReplyError(t.conn, t.key, t.request_id,
-               fmt::format("push of {} bytes (dtype code {}) for tensor '{}' key {}, declared as {}", t.bytes,
-                           t.dtype, ks.init.name, t.key, DescribeDecl(ks.init)));
+               InvalidArgument(fmt::format("push of {} bytes (dtype code {}) for tensor '{}' key {}, declared as {}",
+                                           t.bytes, t.dtype, ks.init.name, t.key, DescribeDecl(ks.init))));
     return;
   }
   uint32_t& last = ks.last_round[t.worker];
@@ -150,8 +148,9 @@ void SumEngine::HandlePush(PushTask& t) {
   }
   if (t.round != ks.completed_round + 1) {
     ReplyError(t.conn, t.key, t.request_id,
-               fmt::format("tensor '{}' key {}: worker {} pushed round {} while the server is at round {}",
-                           ks.init.name, t.key, t.worker, t.round, ks.completed_round + 1));
+               ProtocolError(fmt::format("tensor '{}' key {}: worker {} pushed round {} while the server is at "
+                                         "round {}",
+                                         ks.init.name, t.key, t.worker, t.round, ks.completed_round + 1)));
     return;
   }
   last = t.round;

@@ -63,7 +63,7 @@ class SumEngine {
     bool initialized = false;
     protocol::KeyInit init;
     int init_worker = -1;
-    std::string error;  // non-empty: the key is poisoned (declaration mismatch)
+    Status error;  // not OK: the key is poisoned (declaration mismatch)
     uint32_t completed_round = 0;
     std::shared_ptr<uint8_t> accum;
     int pushed = 0;
@@ -78,7 +78,7 @@ class SumEngine {
   void HandlePush(PushTask& t);
   void ReplySum(KeyState& ks, uint64_t key, const Waiter& w);
   static void ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
-                         uint64_t request_id, const std::string& message);
+                         uint64_t request_id, const Status& error);
   void Enqueue(Task t);
 
   const int index_;

@@ -9,6 +9,8 @@
 
 #include "cluster/role_main.h"
 #include "common/logging.h"
+#include "protocol/error_frame.h"
+#include "protocol/key_layout.h"
 #include "worker/average.h"
 
 #include <pthread.h>
@@ -130,8 +132,7 @@ Engine::~Engine() {
 
 size_t Engine::ConnIndex(int server, uint64_t key) const {
   // All frames of one key use one connection, so a key's InitKey is read before its pushes.
-  uint64_t h = (key >> 16) * 31 + (key & 0xffff);
-  return h % servers_[server].conns.size();
+  return protocol::MixKey(key) % servers_[server].conns.size();
 }
 
 std::shared_ptr<transport::Connection> Engine::ConnFor(int server, uint64_t key) const {
@@ -394,11 +395,11 @@ void Engine::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
   if (h.opcode == Opcode::kError) {
     std::string msg(reinterpret_cast<const char*>(b.data), b.size);
     std::lock_guard<std::mutex> lock(mu_);
-    Status st = InvalidArgument(fmt::format("{}: {}", c.peer_name(), msg));
+    Status st = protocol::StatusFromErrorFrame(h, fmt::format("{}: {}", c.peer_name(), msg));
     if (h.request_id != 0) {
       FinishTaskLocked(h.request_id, st, nullptr);
     } else {
-      uint32_t dk = static_cast<uint32_t>(h.key >> 16);
+      uint32_t dk = protocol::DeclaredKeyOf(h.key);
       tensors_[dk].error = st;
       FailTasksLocked([dk](const PartTask& t) { return t.declared_key == dk; }, st);
     }

@@ -6,13 +6,6 @@
 
 namespace byteps::worker {
 
-uint64_t Djb2(uint64_t key) {
-  std::string s = std::to_string(key);
-  uint64_t h = 5381;
-  for (char c : s) h = h * 33 + static_cast<uint64_t>(c);
-  return h;
-}
-
 KeyAssigner::KeyAssigner(int num_servers, size_t partition_bytes)
     : num_servers_(std::max(1, num_servers)), partition_bytes_(partition_bytes), loads_(num_servers_, 0) {}
 
@@ -68,10 +61,10 @@ StatusOr<TensorPlan*> KeyAssigner::MakePlan(uint32_t declared_key, const std::st
   p.declared_key = declared_key;
   p.bytes = bytes;
   p.dtype = dtype;
-  size_t start = Djb2(static_cast<uint64_t>(declared_key) << 16) % num_servers_;
+  size_t start = protocol::MixKey(protocol::MakeKey(declared_key, 0)) % num_servers_;
   for (size_t i = 0; i < ranges.size(); ++i) {
     PartitionPlan pp;
-    pp.key = (static_cast<uint64_t>(declared_key) << 16) + i;
+    pp.key = protocol::MakeKey(declared_key, static_cast<uint32_t>(i));
     pp.range = ranges[i];
     if (balanced) {
       pp.server = static_cast<int>(std::min_element(loads_.begin(), loads_.end()) - loads_.begin());

@@ -1,11 +1,11 @@
 // Tensor names -> keys, and partitions -> servers. Every worker must reach the same answers, so
 // everything here depends only on the sequence of Declare calls (which the plugins make in the same
 // order on every worker):
-//  - declared key = index in declaration order; partition key = (declared key << 16) + partition;
+//  - declared key = index in declaration order; partition key = protocol::MakeKey(declared, partition);
 //  - when a tensor is declared with its size, its partitions go to the least-loaded servers by
 //    bytes so far (ties: lowest rank) — byte-balanced, deterministic;
-//  - a tensor first seen without a size is placed by a hash of its declared key, its partitions
-//    round-robin from there (does not change the byte loads).
+//  - a tensor first seen without a size starts at the server protocol::MixKey of its first key
+//    picks, its partitions round-robin from there (does not change the byte loads).
 // Threading: not thread-safe; the engine serialises calls.
 #pragma once
 
@@ -18,6 +18,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "protocol/key_layout.h"
 #include "worker/partitioner.h"
 
 namespace byteps::worker {
@@ -36,8 +37,8 @@ struct TensorPlan {
   std::vector<PartitionPlan> partitions;
 };
 
-inline constexpr uint32_t kMaxTensors = 1u << 16;
-inline constexpr size_t kMaxPartitionsPerTensor = 1u << 16;
+using protocol::kMaxPartitionsPerTensor;
+using protocol::kMaxTensors;
 
 class KeyAssigner {
  public:
@@ -61,8 +62,5 @@ class KeyAssigner {
   std::deque<std::optional<TensorPlan>> plans_;
   std::vector<uint64_t> loads_;                   // bytes per server from balanced plans
 };
-
-// djb2 over the decimal string, as BytePS hashes keys (used for unsized placement).
-uint64_t Djb2(uint64_t key);
 
 }  // namespace byteps::worker

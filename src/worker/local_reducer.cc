@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "protocol/error_frame.h"
 #include "protocol/control.h"
 #include "common/reducer.h"
 
@@ -200,11 +201,8 @@ void LocalReducer::PublishError(uint32_t key, uint32_t round, const Status& erro
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [rank, peer] : peers_) conns.push_back(peer.conn);
   }
-  Header h;
-  h.opcode = Opcode::kError;
-  h.key = key;
+  Header h = protocol::ErrorHeader(Opcode::kError, error.code(), key);  // the local ranks raise the same kind
   h.round = round;
-  h.arg = static_cast<uint32_t>(error.code());  // the local ranks raise the same kind of error
   for (auto& c : conns) (void)c->SendCopy(h, error.message());
 }
 
@@ -226,27 +224,9 @@ void LocalReducer::FailAll(const Status& st) {
     rounds_.clear();
   }
   cv_.notify_all();
-  Header h;
-  h.opcode = Opcode::kJobError;
-  h.arg = static_cast<uint32_t>(st.code());
+  Header h = protocol::ErrorHeader(Opcode::kJobError, st.code());
   for (auto& c : tell) (void)c->SendCopy(h, st.message());
   for (auto& d : dones) d(st);
-}
-
-StatusCode LocalReducer::ErrorCodeFromWire(uint32_t arg) {
-  auto code = static_cast<StatusCode>(arg);
-  switch (code) {
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kPrecondition:
-    case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded:
-    case StatusCode::kAborted:
-    case StatusCode::kProtocol:
-    case StatusCode::kInternal:
-      return code;
-    default:
-      return StatusCode::kInternal;  // OK / in progress / unknown: still an error
-  }
 }
 
 StatusOr<transport::RecvBuffer> LocalReducer::OnHeader(transport::Connection& c, const Header& h) {
@@ -335,13 +315,13 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       if (it == waiting_.end()) return;
       run = std::move(it->second.done);
       waiting_.erase(it);
-      run_status = Status(ErrorCodeFromWire(h.arg), payload);
+      run_status = protocol::StatusFromErrorFrame(h, payload);
       break;
     }
     case Opcode::kJobError: {  // non-root: the root failed (and is about to go)
       if (is_root()) return;
-      Status st(ErrorCodeFromWire(h.arg),
-                fmt::format("the local root (local rank {}) failed: {}", options_.local_size - 1, payload));
+      Status st = protocol::StatusFromErrorFrame(
+          h, fmt::format("the local root (local rank {}) failed: {}", options_.local_size - 1, payload));
       BYTEPS_LOG(Error, "{}", st.message());
       FailAll(st);
       if (on_failure_) on_failure_(st);

@@ -87,8 +87,6 @@ class LocalReducer : public transport::Handler {
   };
 
   LocalReducer(const LocalOptions& options, Done on_failure);
-  // The status code a peer's Error frame carries; anything but a known error code is kInternal.
-  static StatusCode ErrorCodeFromWire(uint32_t arg);
   std::string SocketName() const;
   // Root, under mu_: when (key, round) is complete, sums and returns the callback to run.
   Done MaybeReduceLocked(uint32_t key, uint32_t round);

@@ -323,7 +323,7 @@ print("FINISHED WITHOUT ERROR", flush=True)
 GARBAGE = PRELUDE + """
 import json, random, struct
 
-def frame(opcode, payload=b"", version=2, payload_len=None, sender=0, key=0):
+def frame(opcode, payload=b"", version=3, payload_len=None, sender=0, key=0):
     # The 48-byte header of src/protocol/frame.cc: magic "BPS1", version, opcode, dtype, 0,
     # flags, sender, round, pad, key, request id, payload length, arg.
     header = struct.pack("<IBBBBHIIHQQQI", 0x31535042, version, opcode, 0, 0, 0, sender, 0, 0, key, 0,
@@ -385,7 +385,7 @@ REGISTER, REGISTER_REPLY, NODE_FAILED, FINISH, TERMINATE = 1, 2, 6, 7, 8
 
 
 def control_frame(opcode: int, payload: bytes = b"") -> bytes:
-    return struct.pack(HEADER, 0x31535042, 2, opcode, 0, 0, 0, 0, 0, 0, 0, 0, len(payload), 0) + payload
+    return struct.pack(HEADER, 0x31535042, 3, opcode, 0, 0, 0, 0, 0, 0, 0, 0, len(payload), 0) + payload
 
 
 def connect(port: int, timeout: float) -> socket.socket:

@@ -13,7 +13,9 @@
 #include "common/crc32c.h"
 #include "protocol/auth.h"
 #include "protocol/control.h"
+#include "protocol/error_frame.h"
 #include "protocol/frame.h"
+#include "protocol/key_layout.h"
 
 namespace byteps::protocol {
 namespace {
@@ -94,7 +96,7 @@ TEST(FrameTest, LittleEndianLayoutMatchesHandWrittenBytes) {
   h.arg = 0x41424344;
   const std::vector<uint8_t> expected = {
       'B',  'P',  'S',  '1',                           // magic
-      0x02,                                            // version
+      0x03,                                            // version
       18,                                              // opcode kPushPull
       0x07,                                            // dtype
       0x00,                                            // reserved
@@ -132,7 +134,7 @@ TEST(FrameTest, RejectionsNameTheField) {
   bytes = Encode(Header{});
   bytes[4] = 7;
   ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
-                      "unsupported wire version 7 (this build speaks 2)");
+                      "unsupported wire version 7 (this build speaks 3)");
 
   for (int op : {0, 10, 15, 25, 200, 255}) {
     bytes = Encode(Header{});
@@ -384,6 +386,55 @@ TEST(AuthTest, ProofsDependOnSecretRoleAndBothNonces) {
                             MakeAuthProof("s3cret", AuthRole::kConnector, b.value(), a.value())}) {
     EXPECT_NE(other, p);
     EXPECT_FALSE(AuthProofMatches(p, other.data(), other.size()));
+  }
+}
+
+TEST(ErrorFrameTest, CodeSurvivesTheWire) {
+  for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kPrecondition, StatusCode::kUnavailable,
+                          StatusCode::kDeadlineExceeded, StatusCode::kAborted, StatusCode::kProtocol,
+                          StatusCode::kInternal}) {
+    Header h = ErrorHeader(Opcode::kError, code, 77, 9);
+    uint8_t raw[kHeaderSize];
+    EncodeHeader(h, raw);
+    auto back = DecodeHeader(raw, sizeof raw, kNoLimit);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->key, 77u);
+    EXPECT_EQ(back->request_id, 9u);
+    Status st = StatusFromErrorFrame(*back, "tensor 'w': bad");
+    EXPECT_EQ(st.code(), code) << StatusCodeName(code);
+    EXPECT_EQ(st.message(), "tensor 'w': bad");
+  }
+}
+
+TEST(ErrorFrameTest, NonErrorCodesReadAsInternal) {
+  // An error frame is an error whatever its arg says: OK, in-progress and unknown values included.
+  for (uint32_t arg : {0u, 8u, 9u, 0xffffffffu}) {
+    Header h;
+    h.opcode = Opcode::kError;
+    h.arg = arg;
+    EXPECT_EQ(StatusFromErrorFrame(h, "x").code(), StatusCode::kInternal) << arg;
+  }
+}
+
+TEST(KeyLayoutTest, RoundTripsAndOrder) {
+  EXPECT_EQ(MakeKey(0, 0), 0u);
+  EXPECT_EQ(MakeKey(1, 0), uint64_t{1} << 16);
+  EXPECT_EQ(MakeKey(5, 3), (uint64_t{5} << 16) + 3);
+  EXPECT_EQ(DeclaredKeyOf(MakeKey(65535, 65535)), 65535u);
+  EXPECT_EQ(PartitionOf(MakeKey(65535, 65535)), 65535u);
+  EXPECT_LT(MakeKey(1, 65535), MakeKey(2, 0));  // a tensor's partitions sort before the next tensor's
+}
+
+TEST(KeyLayoutTest, MixKeySpreadsPartitionsAndTensors) {
+  // 4 shards: the 64 partitions of one tensor, and the first partitions of 64 tensors, each land
+  // on every shard at least 8 times (a hash of only the low bits would put the second set on one).
+  for (bool across_tensors : {false, true}) {
+    int count[4] = {0, 0, 0, 0};
+    for (uint32_t i = 0; i < 64; ++i) {
+      uint64_t key = across_tensors ? MakeKey(i, 0) : MakeKey(7, i);
+      ++count[MixKey(key) % 4];
+    }
+    for (int c : count) EXPECT_GE(c, 8) << (across_tensors ? "across tensors" : "within a tensor");
   }
 }
 

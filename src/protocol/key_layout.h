@@ -1,0 +1,36 @@
+// The key layout every worker and server shares: a partition's key is its tensor's declared key
+// (declaration order) in the high bits and the partition index in the low kPartitionBits, so the
+// partitions of one tensor have consecutive keys. MixKey is the one hash that spreads keys over
+// server engine shards, a worker's connections to a server, and the servers of an unsized tensor.
+// Threading: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace byteps::protocol {
+
+inline constexpr int kPartitionBits = 16;
+inline constexpr size_t kMaxPartitionsPerTensor = size_t{1} << kPartitionBits;
+inline constexpr size_t kMaxTensors = size_t{1} << 16;  // declared keys fit 16 bits (48 in the layout)
+
+constexpr uint64_t MakeKey(uint32_t declared_key, uint32_t partition) {
+  return (static_cast<uint64_t>(declared_key) << kPartitionBits) | partition;
+}
+constexpr uint32_t DeclaredKeyOf(uint64_t key) { return static_cast<uint32_t>(key >> kPartitionBits); }
+constexpr uint32_t PartitionOf(uint64_t key) {
+  return static_cast<uint32_t>(key & (kMaxPartitionsPerTensor - 1));
+}
+
+// SplitMix64's finalizer: every input bit affects every output bit, so both consecutive
+// partitions of one tensor and the first partitions of consecutive tensors spread evenly.
+constexpr uint64_t MixKey(uint64_t key) {
+  key ^= key >> 30;
+  key *= 0xbf58476d1ce4e5b9ull;
+  key ^= key >> 27;
+  key *= 0x94d049bb133111ebull;
+  key ^= key >> 31;
+  return key;
+}
+
+}  // namespace byteps::protocol

@@ -16,11 +16,6 @@ namespace byteps::worker {
 using protocol::Header;
 using protocol::Opcode;
 
-namespace {
-std::string SlotSuffix(int host, uint32_t key, int rank) { return fmt::format("w{}-k{}-slot{}", host, key, rank); }
-std::string ResultSuffix(int host, uint32_t key) { return fmt::format("w{}-k{}-result", host, key); }
-}  // namespace
-
 LocalReducer::LocalReducer(const LocalOptions& options, Done on_failure)
     : options_(options), on_failure_(std::move(on_failure)) {}
 
@@ -100,112 +95,6 @@ void LocalReducer::Leave() {
   (void)root->SendCopy(h, "");
 }
 
-Status LocalReducer::Contribute(uint32_t key, const std::string& name, uint32_t round, const void* input,
-                                void* output, size_t bytes, DataType dtype, Done done) {
-  std::shared_ptr<transport::Connection> root;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return failure_;
-    auto& slot = my_slots_[key];
-    if (!slot) {
-      auto seg = ShmSegment::Create(
-          ShmSegment::Name(getpid(), options_.job, SlotSuffix(options_.host_id, key, options_.local_rank)), bytes);
-      if (!seg.ok()) return seg.status();
-      slot = std::move(seg.value());
-    }
-    if (slot->size() != bytes) {
-      return InvalidArgument(fmt::format("tensor '{}' changed size from {} to {} bytes", name, slot->size(), bytes));
-    }
-    if (bytes > 0) std::memcpy(slot->data(), input, bytes);
-    waiting_[{key, round}] = Waiting{output, bytes, std::move(done)};
-    root = root_;
-  }
-  protocol::KeyInit ki{name, bytes, static_cast<int>(dtype), bytes};
-  Header h;
-  h.opcode = Opcode::kLocalReady;
-  h.key = key;
-  h.round = round;
-  h.sender = static_cast<uint32_t>(options_.local_rank);
-  return root->SendCopy(h, protocol::Encode(ki));
-}
-
-Status LocalReducer::Gather(uint32_t key, const std::string& name, uint32_t round, void* output, size_t bytes,
-                            DataType dtype, Done ready) {
-  Done run;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return failure_;
-    Round& r = rounds_[{key, round}];
-    r.root_in = true;
-    r.output = output;
-    r.bytes = bytes;
-    r.dtype = dtype;
-    r.name = name;
-    r.done = std::move(ready);
-    run = MaybeReduceLocked(key, round);
-  }
-  if (run) run(Status::Ok());
-  return Status::Ok();
-}
-
-LocalReducer::Done LocalReducer::MaybeReduceLocked(uint32_t key, uint32_t round) {
-  auto it = rounds_.find({key, round});
-  if (it == rounds_.end()) return nullptr;
-  Round& r = it->second;
-  if (!r.root_in || r.ready < options_.local_size - 1) return nullptr;
-  Done done = std::move(r.done);
-  Status err = r.error;
-  if (err.ok()) {
-    const size_t count = r.bytes / DataTypeSize(r.dtype);
-    for (auto& [rank, peer] : peers_) {
-      auto s = peer.slots.find(key);
-      if (s == peer.slots.end() || s->second->size() != r.bytes) {
-        err = InvalidArgument(fmt::format("tensor '{}': local rank {} contributed {} bytes, local root has {}", r.name,
-                                          rank, s == peer.slots.end() ? 0 : s->second->size(), r.bytes));
-        break;
-      }
-      SumInto(r.output, s->second->data(), count, r.dtype);
-    }
-  }
-  rounds_.erase(it);
-  if (!err.ok()) return [done, err](const Status&) { done(err); };
-  return done;
-}
-
-Status LocalReducer::Publish(uint32_t key, uint32_t round, const void* result, size_t bytes) {
-  std::vector<std::shared_ptr<transport::Connection>> conns;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return failure_;
-    auto& seg = results_[key];
-    if (!seg) {
-      auto s = ShmSegment::Create(ShmSegment::Name(getpid(), options_.job, ResultSuffix(options_.host_id, key)), bytes);
-      if (!s.ok()) return s.status();
-      seg = std::move(s.value());
-    }
-    if (bytes > 0) std::memcpy(seg->data(), result, bytes);
-    for (auto& [rank, peer] : peers_) conns.push_back(peer.conn);
-  }
-  Header h;
-  h.opcode = Opcode::kLocalDone;
-  h.key = key;
-  h.round = round;
-  h.arg = static_cast<uint32_t>(getpid());
-  for (auto& c : conns) (void)c->SendCopy(h, "");
-  return Status::Ok();
-}
-
-void LocalReducer::PublishError(uint32_t key, uint32_t round, const Status& error) {
-  std::vector<std::shared_ptr<transport::Connection>> conns;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [rank, peer] : peers_) conns.push_back(peer.conn);
-  }
-  Header h = protocol::ErrorHeader(Opcode::kError, error.code(), key);  // the local ranks raise the same kind
-  h.round = round;
-  for (auto& c : conns) (void)c->SendCopy(h, error.message());
-}
-
 void LocalReducer::FailAll(const Status& st) {
   std::vector<Done> dones;
   std::vector<std::shared_ptr<transport::Connection>> tell;  // root: the non-roots learn the cause
@@ -217,8 +106,9 @@ void LocalReducer::FailAll(const Status& st) {
         for (auto& [rank, peer] : peers_)
           if (!peer.left) tell.push_back(peer.conn);
     }
-    for (auto& [k, w] : waiting_) dones.push_back(std::move(w.done));
-    waiting_.clear();
+    for (auto& [k, w] : awaited_)
+      if (w.done) dones.push_back(std::move(w.done));
+    awaited_.clear();
     for (auto& [k, r] : rounds_)
       if (r.done) dones.push_back(std::move(r.done));
     rounds_.clear();
@@ -236,8 +126,7 @@ StatusOr<transport::RecvBuffer> LocalReducer::OnHeader(transport::Connection& c,
 
 void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
   std::string payload(reinterpret_cast<const char*>(b.data), b.size);
-  Done run;
-  Status run_status;
+  std::function<void()> work;
   switch (h.opcode) {
     case Opcode::kHello: {
       std::lock_guard<std::mutex> lock(mu_);
@@ -264,58 +153,21 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       cv_.notify_all();
       return;
     }
-    case Opcode::kLocalReady: {
-      auto ki = protocol::DecodeKeyInit(payload);
-      std::lock_guard<std::mutex> lock(mu_);
-      auto pit = peers_.find(static_cast<int>(c.tag));
-      if (!ki.ok() || pit == peers_.end()) return;
-      Peer& peer = pit->second;
-      auto& slot = peer.slots[static_cast<uint32_t>(h.key)];
-      Round& r = rounds_[{static_cast<uint32_t>(h.key), h.round}];
-      if (!slot) {
-        auto seg = ShmSegment::Open(
-            ShmSegment::Name(peer.pid, options_.job, SlotSuffix(options_.host_id, static_cast<uint32_t>(h.key), pit->first)),
-            ki->bytes);
-        if (!seg.ok()) {
-          r.error = seg.status();
-        } else {
-          slot = std::move(seg.value());
-        }
-      }
-      if (r.root_in && r.name != ki->name) {
-        r.error = InvalidArgument(fmt::format("local rank {} declared tensor '{}' where the local root has '{}' "
-                                              "(declare tensors in the same order in every process)",
-                                              pit->first, ki->name, r.name));
-      }
-      r.ready++;
-      run = MaybeReduceLocked(static_cast<uint32_t>(h.key), h.round);
-      break;
-    }
+    case Opcode::kLocalReady:
+      return OnLocalReady(c, h, payload);
     case Opcode::kLocalDone: {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = waiting_.find({static_cast<uint32_t>(h.key), h.round});
-      if (it == waiting_.end()) return;
-      Waiting w = std::move(it->second);
-      waiting_.erase(it);
-      auto& seg = result_maps_[static_cast<uint32_t>(h.key)];
-      if (!seg) {
-        auto s = ShmSegment::Open(
-            ShmSegment::Name(root_pid_, options_.job, ResultSuffix(options_.host_id, static_cast<uint32_t>(h.key))),
-            w.bytes);
-        if (s.ok()) seg = std::move(s.value());
-        else run_status = s.status();
-      }
-      if (run_status.ok() && w.bytes > 0) std::memcpy(w.output, seg->data(), w.bytes);
-      run = std::move(w.done);
+      Result& r = awaited_[{h.key, h.round}];
+      r.published = true;
+      work = MaybeDeliverLocked({h.key, h.round});
       break;
     }
-    case Opcode::kError: {
+    case Opcode::kError: {  // the root's round failed (a server error, a dead server...)
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = waiting_.find({static_cast<uint32_t>(h.key), h.round});
-      if (it == waiting_.end()) return;
-      run = std::move(it->second.done);
-      waiting_.erase(it);
-      run_status = protocol::StatusFromErrorFrame(h, payload);
+      Result& r = awaited_[{h.key, h.round}];
+      r.published = true;
+      r.error = protocol::StatusFromErrorFrame(h, payload);
+      work = MaybeDeliverLocked({h.key, h.round});
       break;
     }
     case Opcode::kJobError: {  // non-root: the root failed (and is about to go)
@@ -336,7 +188,7 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
     default:
       return;
   }
-  if (run) run(run_status);
+  if (work) work();
 }
 
 void LocalReducer::OnClose(transport::Connection& c, const Status& reason) {

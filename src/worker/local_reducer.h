@@ -1,12 +1,16 @@
 // Several training processes on one worker host (BYTEPS_LOCAL_SIZE > 1): they reduce through
 // shared memory first, and only the local root (the highest local rank, as in BytePS) talks to
 // the servers. Control messages travel over a Unix socket between each non-root and the root;
-// tensor bytes travel through per-tensor shared-memory segments:
-//   non-root r: copies its input into its slot segment, sends LocalReady(key, round);
-//   root:       once its own request and every LocalReady of (key, round) are in, adds the slots
-//               into its output (which already holds its own input), pushes/pulls the sum like a
-//               one-process worker, then copies the result into the result segment and sends
-//               LocalDone(key, round); each non-root copies the result into its output.
+// tensor bytes travel through per-tensor shared-memory segments, one partition at a time (the
+// message names the partition key; the partition's bytes sit at its offset in the tensor's
+// segment), so partition i can go to the servers while partition i+1 is still being reduced:
+//   non-root r: copies its partition into its slot segment, sends LocalReady(key, round);
+//   root:       once its own partition and every LocalReady of (key, round) are in, adds the slots
+//               into its destination, pushes/pulls the sum like a one-process worker, then copies
+//               the result into the result segment and sends LocalDone(key, round); each non-root
+//               copies the result into its output.
+// A partition's next round is only contributed once its previous round left the pipeline
+// (RoundSequencer), so one slot and one result segment per tensor suffice.
 // Segment and socket names are unique per job and per host; stale segments of dead processes
 // are removed at start.
 // Threading: all methods are thread-safe; callbacks run on the local transport's I/O thread or on
@@ -14,6 +18,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -47,18 +52,29 @@ class LocalReducer : public transport::Handler {
 
   bool is_root() const { return options_.local_rank == options_.local_size - 1; }
 
-  // Non-root: contributes `input` to round `round` of tensor `key`; on success the reduced result
-  // has been copied into `output` when `done` runs.
-  Status Contribute(uint32_t key, const std::string& name, uint32_t round, const void* input, void* output,
-                    size_t bytes, DataType dtype, Done done);
-  // Root: `output` holds the root's own contribution; `ready` runs once every non-root's slot has
-  // been added into it.
-  Status Gather(uint32_t key, const std::string& name, uint32_t round, void* output, size_t bytes, DataType dtype,
-                Done ready);
-  // Root: hands the final result of (key, round) to every non-root.
-  Status Publish(uint32_t key, uint32_t round, const void* result, size_t bytes);
+  // One partition of one round: `key` is its partition key, `offset`/`bytes` its place in the
+  // tensor of `tensor_bytes` bytes.
+  struct Part {
+    uint64_t key = 0;
+    uint32_t round = 0;
+    std::string name;
+    size_t offset = 0;
+    size_t bytes = 0;
+    size_t tensor_bytes = 0;
+    DataType dtype = DataType::kFloat32;
+  };
+  // Non-root: writes `input` into this process's slot and tells the root. The result of the round
+  // is taken with AwaitResult.
+  Status Contribute(const Part& part, const void* input);
+  // Non-root: copies the round's result into `output` once the root published it (perhaps already),
+  // then runs `done`.
+  void AwaitResult(const Part& part, void* output, Done done);
+  // Root: `output` = `input` + every non-root's slot, once all are in; then `ready` runs.
+  Status Gather(const Part& part, const void* input, void* output, Done ready);
+  // Root: hands the round's result to every non-root.
+  Status Publish(const Part& part, const void* result);
   // Root: tells every non-root that (key, round) failed (code in the header's arg, message as payload).
-  void PublishError(uint32_t key, uint32_t round, const Status& error);
+  void PublishError(uint64_t key, uint32_t round, const Status& error);
   // Fails everything waiting (e.g. the job failed elsewhere).
   void FailAll(const Status& st);
   // Tells the root this process leaves cleanly (non-root), so its disconnect is not a failure.
@@ -69,13 +85,13 @@ class LocalReducer : public transport::Handler {
   void OnClose(transport::Connection& c, const Status& reason) override;
 
  private:
+  using RoundKey = std::pair<uint64_t, uint32_t>;  // (partition key, round)
   struct Round {
-    int ready = 0;            // non-roots in
+    int ready = 0;  // non-roots in
     bool root_in = false;
+    Part part;
+    const void* input = nullptr;
     void* output = nullptr;
-    size_t bytes = 0;
-    DataType dtype = DataType::kFloat32;
-    std::string name;
     Done done;
     Status error;
   };
@@ -83,13 +99,27 @@ class LocalReducer : public transport::Handler {
     std::shared_ptr<transport::Connection> conn;
     int pid = 0;
     bool left = false;
-    std::map<uint32_t, std::unique_ptr<ShmSegment>> slots;  // by key (root side)
+    std::map<uint32_t, std::unique_ptr<ShmSegment>> slots;  // by declared key (root side)
+  };
+  struct Result {  // non-root: a round's result, published (or failed) and/or awaited
+    bool published = false;
+    Status error;
+    Part part;
+    void* output = nullptr;
+    Done done;
   };
 
   LocalReducer(const LocalOptions& options, Done on_failure);
   std::string SocketName() const;
-  // Root, under mu_: when (key, round) is complete, sums and returns the callback to run.
-  Done MaybeReduceLocked(uint32_t key, uint32_t round);
+  // Maps (creating or opening) the tensor's segment `seg` of at least `bytes` bytes (under mu_).
+  Status MapLocked(std::unique_ptr<ShmSegment>* seg, bool create, int creator_pid, const std::string& suffix,
+                   size_t bytes);
+  // Root, under mu_: when (key, round) is complete, returns the work that sums it and runs its callback.
+  std::function<void()> MaybeReduceLocked(const RoundKey& rk);
+  // Non-root, under mu_: when (key, round) is both published and awaited, returns the work that
+  // copies the result out and runs its callback.
+  std::function<void()> MaybeDeliverLocked(const RoundKey& rk);
+  void OnLocalReady(transport::Connection& c, const protocol::Header& h, const std::string& payload);
 
   LocalOptions options_;
   Done on_failure_;
@@ -101,18 +131,13 @@ class LocalReducer : public transport::Handler {
   Status failure_;
   // Root side.
   std::map<int, Peer> peers_;  // by local rank
-  std::map<std::pair<uint32_t, uint32_t>, Round> rounds_;
-  std::map<uint32_t, std::unique_ptr<ShmSegment>> results_;
+  std::map<RoundKey, Round> rounds_;
+  std::map<uint32_t, std::unique_ptr<ShmSegment>> results_;  // by declared key
   // Non-root side.
   std::shared_ptr<transport::Connection> root_;
-  std::map<uint32_t, std::unique_ptr<ShmSegment>> my_slots_;
-  std::map<uint32_t, std::unique_ptr<ShmSegment>> result_maps_;
-  struct Waiting {
-    void* output;
-    size_t bytes;
-    Done done;
-  };
-  std::map<std::pair<uint32_t, uint32_t>, Waiting> waiting_;
+  std::map<uint32_t, std::unique_ptr<ShmSegment>> my_slots_;     // by declared key
+  std::map<uint32_t, std::unique_ptr<ShmSegment>> result_maps_;  // by declared key
+  std::map<RoundKey, Result> awaited_;
 };
 
 }  // namespace byteps::worker

@@ -20,7 +20,6 @@
 #include "worker/average.h"
 #include "worker/key_assigner.h"
 #include "worker/partitioner.h"
-#include "worker/priority_scheduler.h"
 #include "worker/local_reducer.h"
 #include "worker/shm_segment.h"
 
@@ -234,75 +233,6 @@ TEST(KeyAssignerTest, UnsizedPlacementIsRoundRobinFromHash) {
     EXPECT_EQ(parts[i].server, static_cast<int>((start + i) % kServers)) << "partition " << i;
   }
   EXPECT_EQ(ka.server_loads(), std::vector<uint64_t>(kServers, 0));  // unsized does not count
-}
-
-// ---- PriorityScheduler -----------------------------------------------------------------------
-
-ScheduledItem Item(int priority, uint64_t key, size_t bytes, uint64_t id) {
-  ScheduledItem it;
-  it.priority = priority;
-  it.key = key;
-  it.bytes = bytes;
-  it.id = id;
-  return it;
-}
-
-TEST(PrioritySchedulerTest, OrderIsPriorityThenKeyThenFifo) {
-  PriorityScheduler s(0);
-  s.Push(Item(0, 5, 1, 1));
-  s.Push(Item(-3, 0, 1, 2));
-  s.Push(Item(2, 9, 1, 3));
-  s.Push(Item(0, 1, 1, 4));
-  s.Push(Item(0, 5, 1, 5));  // same (priority, key) as id 1: after it
-  s.Push(Item(2, 4, 1, 6));
-  s.Push(Item(0, 5, 1, 7));
-  std::vector<uint64_t> order;
-  while (auto it = s.Pop()) order.push_back(it->id);
-  EXPECT_EQ(order, (std::vector<uint64_t>{6, 3, 4, 1, 5, 7, 2}));
-  EXPECT_EQ(s.pending(), 0u);
-}
-
-TEST(PrioritySchedulerTest, CreditCapsBytesInFlight) {
-  PriorityScheduler s(100);
-  for (uint64_t i = 0; i < 5; ++i) s.Push(Item(0, i, 40, i));
-  ASSERT_TRUE(s.Pop().has_value());
-  ASSERT_TRUE(s.Pop().has_value());
-  EXPECT_EQ(s.in_flight(), 80u);
-  EXPECT_FALSE(s.Pop().has_value());  // 120 > 100
-  s.Push(Item(10, 99, 20, 99));       // a late urgent item that fits overtakes the backlog
-  auto urgent = s.Pop();
-  ASSERT_TRUE(urgent.has_value());
-  EXPECT_EQ(urgent->id, 99u);
-  EXPECT_EQ(s.in_flight(), 100u);
-  EXPECT_FALSE(s.Pop().has_value());
-  s.Release(40);
-  auto next = s.Pop();
-  ASSERT_TRUE(next.has_value());
-  EXPECT_EQ(next->id, 2u);
-  EXPECT_EQ(s.pending(), 2u);
-}
-
-TEST(PrioritySchedulerTest, OversizedItemGoesWhenNothingInFlight) {
-  PriorityScheduler s(100);
-  s.Push(Item(0, 0, 500, 1));
-  s.Push(Item(0, 1, 10, 2));
-  auto big = s.Pop();
-  ASSERT_TRUE(big.has_value());
-  EXPECT_EQ(big->id, 1u);
-  EXPECT_FALSE(s.Pop().has_value());
-  s.Release(500);
-  EXPECT_EQ(s.in_flight(), 0u);
-  ASSERT_TRUE(s.Pop().has_value());
-}
-
-TEST(PrioritySchedulerTest, ZeroCreditIsUnlimitedAndReleaseClamps) {
-  PriorityScheduler s(0);
-  for (uint64_t i = 0; i < 1000; ++i) s.Push(Item(0, i, size_t{1} << 30, i));
-  for (uint64_t i = 0; i < 1000; ++i) ASSERT_TRUE(s.Pop().has_value()) << i;
-  EXPECT_EQ(s.in_flight(), size_t{1000} << 30);
-  s.Release(size_t{1} << 40);
-  EXPECT_EQ(s.in_flight(), 0u);
-  EXPECT_FALSE(s.Pop().has_value());
 }
 
 // ---- DivideInPlace ---------------------------------------------------------------------------

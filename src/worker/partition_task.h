@@ -1,0 +1,59 @@
+// The unit that moves through the worker pipeline: one partition of one push_pull call
+// (an Operation), and the Operation itself.
+//
+// A task's bytes move as the stages run: `src` is where the partition's data is now, `dst` where
+// a stage that produces or moves data writes it (the output tensor for CPU tensors). A stage that
+// wrote `dst` sets src = dst. The last stage leaves the result in the output tensor.
+//
+// Threading: a task belongs to exactly one party at a time: the dispatcher thread while it is
+// queued, the stage it was started in until that stage completes it. The Operation's completion
+// fields are guarded by the HandleTable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/key_assigner.h"
+#include "worker/tensor_request.h"
+
+namespace byteps::worker {
+
+class Pipeline;
+struct Operation;
+
+struct PartitionTask {
+  uint64_t id = 0;  // unique in this process; the request id of its push-pull frame
+  Operation* op = nullptr;
+  size_t part = 0;   // index in op->plan->partitions
+  uint64_t key = 0;  // partition key (protocol/key_layout.h)
+  int server = 0;
+  uint32_t round = 0;  // the tensor's round (1-based), assigned when the operation is submitted
+  size_t offset = 0;   // bytes from the tensor start
+  size_t len = 0;
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  // Dispatcher bookkeeping (dispatcher thread only).
+  size_t stage = 0;          // index of the current stage in the pipeline
+  size_t credit_bytes = 0;   // credit held while in a credit-using stage (0 = none)
+  uint64_t seq = 0;          // FIFO tie-break in stage queues
+};
+
+// One push_pull call: the request, its tensor's plan, the pipeline its partitions take, and the
+// partitions themselves (created once; their addresses are stable for the operation's life).
+struct Operation {
+  HandleId id = 0;
+  TensorRequest request;
+  const TensorPlan* plan = nullptr;
+  const Pipeline* pipeline = nullptr;
+  std::vector<PartitionTask> parts;
+  // Completion, guarded by the HandleTable's mutex.
+  size_t remaining = 0;
+  std::vector<bool> part_done;
+  bool done = false;
+  Status status;
+};
+
+}  // namespace byteps::worker

@@ -1,0 +1,52 @@
+#include "worker/pipeline_set.h"
+
+#include "worker/stages/average_stage.h"
+#include "worker/stages/copy_out_stage.h"
+#include "worker/stages/local_broadcast_stage.h"
+#include "worker/stages/local_reduce_stage.h"
+#include "worker/stages/push_pull_stage.h"
+
+namespace byteps::worker {
+
+PipelineSet::PipelineSet(const PipelineContext& c) {
+  auto add = [&](std::unique_ptr<Stage> s) {
+    Stage* raw = s.get();
+    c.loop->AddStage(raw);
+    stages_.push_back(std::move(s));
+    return raw;
+  };
+  const bool root = c.local == nullptr || c.local->is_root();
+  Stage* local_reduce = c.local ? add(std::make_unique<stages::LocalReduceStage>(c.loop, c.local)) : nullptr;
+  Stage* network = nullptr;
+  if (root && c.plane != nullptr) {
+    auto pp = std::make_unique<stages::PushPullStage>(c.loop, c.plane, c.host_rank, c.size);
+    push_pull_ = pp.get();
+    network = add(std::move(pp));
+  }
+  Stage* average = root && !network && c.local ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
+  Stage* local_broadcast = c.local ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, c.local)) : nullptr;
+  Stage* copy_out = !c.local && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
+
+  for (int in_place = 0; in_place < 2; ++in_place) {
+    for (int avg = 0; avg < 2; ++avg) {
+      std::vector<Stage*> list;
+      auto push = [&](Stage* s) {
+        if (s) list.push_back(s);
+      };
+      push(local_reduce);
+      push(network);
+      if (avg) push(average);
+      push(local_broadcast);
+      if (!in_place) push(copy_out);
+      pipelines_[in_place][avg] = Pipeline(std::move(list));
+    }
+  }
+}
+
+PipelineSet::~PipelineSet() = default;
+
+const Pipeline* PipelineSet::For(const TensorRequest& r) const {
+  return &pipelines_[r.input == r.output ? 1 : 0][r.average ? 1 : 0];
+}
+
+}  // namespace byteps::worker

@@ -1,0 +1,53 @@
+// The stages this worker process needs and the pipelines built from them. Which stages exist
+// depends on the process's place on its host (alone, local root, local non-root) and on whether
+// the job is distributed; which pipeline a call takes depends on the tensor's device and the
+// call's options (in place or not, average or not). Stages with nothing to do are left out:
+//
+//   alone,     distributed:       push-pull
+//   alone,     not distributed:   (nothing) | copy-out when out of place
+//   local root, distributed:      local-reduce -> push-pull -> local-broadcast
+//   local root, not distributed:  local-reduce [-> average] -> local-broadcast
+//   local non-root:               local-reduce -> local-broadcast
+//
+// Threading: immutable after construction.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "worker/data_plane.h"
+#include "worker/dispatch_loop.h"
+#include "worker/local_reducer.h"
+#include "worker/pipeline.h"
+#include "worker/tensor_request.h"
+
+namespace byteps::worker {
+
+namespace stages {
+class PushPullStage;
+}
+
+struct PipelineContext {
+  DispatchLoop* loop = nullptr;       // every stage completes through it and is registered with it
+  LocalReducer* local = nullptr;      // set when BYTEPS_LOCAL_SIZE > 1
+  DataPlane* plane = nullptr;         // set when this process talks to the servers
+  int host_rank = 0;                  // this host's worker rank (frames' sender)
+  int size = 1;                       // worker processes in the job (the divisor of `average`)
+};
+
+class PipelineSet {
+ public:
+  explicit PipelineSet(const PipelineContext& context);
+  ~PipelineSet();
+
+  const Pipeline* For(const TensorRequest& request) const;
+  // The network stage (the server links' client), or nullptr when this process has none.
+  stages::PushPullStage* push_pull() const { return push_pull_; }
+
+ private:
+  std::vector<std::unique_ptr<Stage>> stages_;
+  stages::PushPullStage* push_pull_ = nullptr;
+  Pipeline pipelines_[2][2];  // [in place][average]
+};
+
+}  // namespace byteps::worker

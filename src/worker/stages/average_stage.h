@@ -1,0 +1,20 @@
+// Stage "average": divides the partition by the number of contributors. Only in pipelines where no
+// network stage does it on the fly (a host of several processes in a non-distributed job); the
+// push-pull stage averages as each partition arrives.
+// Threading: Start on the dispatcher thread; completes inside Start.
+#pragma once
+
+#include "worker/stage.h"
+
+namespace byteps::worker::stages {
+
+class AverageStage : public Stage {
+ public:
+  AverageStage(StageSink* sink, int divisor) : Stage("average", sink), divisor_(divisor) {}
+  void Start(PartitionTask* task) override;
+
+ private:
+  const int divisor_;
+};
+
+}  // namespace byteps::worker::stages

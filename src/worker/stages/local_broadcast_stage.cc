@@ -1,0 +1,22 @@
+#include "worker/stages/local_broadcast_stage.h"
+
+#include "worker/stages/local_part.h"
+
+namespace byteps::worker::stages {
+
+void LocalBroadcastStage::Start(PartitionTask* t) {
+  if (reducer_->is_root()) {
+    sink()->Complete(t, reducer_->Publish(LocalPartOf(*t), t->src));
+    return;
+  }
+  reducer_->AwaitResult(LocalPartOf(*t), t->dst, [this, t](const Status& st) {
+    if (st.ok()) t->src = t->dst;
+    sink()->Complete(t, st);
+  });
+}
+
+void LocalBroadcastStage::Skip(PartitionTask* t, const Status& failure) {
+  if (reducer_->is_root()) reducer_->PublishError(t->key, t->round, failure);
+}
+
+}  // namespace byteps::worker::stages

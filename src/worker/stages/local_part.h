@@ -1,0 +1,22 @@
+// The local reducer's view of a partition task (shared by the local reduce and broadcast stages).
+// Threading: pure function.
+#pragma once
+
+#include "worker/local_reducer.h"
+#include "worker/partition_task.h"
+
+namespace byteps::worker::stages {
+
+inline LocalReducer::Part LocalPartOf(const PartitionTask& t) {
+  LocalReducer::Part p;
+  p.key = t.key;
+  p.round = t.round;
+  p.name = t.op->plan->name;
+  p.offset = t.offset;
+  p.bytes = t.len;
+  p.tensor_bytes = t.op->plan->bytes;
+  p.dtype = t.op->request.dtype;
+  return p;
+}
+
+}  // namespace byteps::worker::stages

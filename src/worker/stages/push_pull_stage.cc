@@ -1,0 +1,218 @@
+#include "worker/stages/push_pull_stage.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "protocol/control.h"
+#include "protocol/error_frame.h"
+#include "protocol/key_layout.h"
+#include "worker/average.h"
+
+namespace byteps::worker::stages {
+
+using protocol::Header;
+using protocol::Opcode;
+
+PushPullStage::PushPullStage(StageSink* sink, DataPlane* plane, int host_rank, int size)
+    : Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size) {}
+
+OutFrame PushPullStage::InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p) const {
+  protocol::KeyInit ki;
+  ki.name = plan.name;
+  ki.bytes = p.range.length;
+  ki.dtype = static_cast<int>(plan.dtype);
+  ki.tensor_bytes = plan.bytes;
+  OutFrame f;
+  f.header.opcode = Opcode::kInitKey;
+  f.header.key = p.key;
+  f.header.sender = static_cast<uint32_t>(host_rank_);
+  f.owned = protocol::Encode(ki);
+  f.header.payload_len = f.owned.size();
+  return f;
+}
+
+OutFrame PushPullStage::PushFrame(const PartitionTask& t) const {
+  OutFrame f;
+  f.header.opcode = Opcode::kPushPull;
+  f.header.key = t.key;
+  f.header.round = t.round;
+  f.header.request_id = t.id;
+  f.header.sender = static_cast<uint32_t>(host_rank_);
+  f.header.dtype = static_cast<uint8_t>(t.op->request.dtype);
+  f.header.payload_len = t.len;
+  f.data = t.src;
+  f.len = t.len;
+  return f;
+}
+
+void PushPullStage::Start(PartitionTask* t) {
+  const TensorPlan& plan = *t->op->plan;
+  std::vector<OutFrame> declare;
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto p = poisoned_.find(plan.declared_key); p != poisoned_.end()) {
+      refused = p->second;
+    } else {
+      if (announced_.emplace(plan.declared_key, &plan).second) {
+        for (const PartitionPlan& p : plan.partitions) declare.push_back(InitKeyFrame(plan, p));
+      }
+      in_flight_.emplace(t->id, InFlight{t, nullptr, Status()});
+    }
+  }
+  if (!refused.ok()) return sink()->Complete(t, refused);
+  // A failed declaration means the connection dropped: the reconnect declares again.
+  for (size_t i = 0; i < declare.size(); ++i) (void)plane_->Send(plan.partitions[i].server, declare[i]);
+  Status st = plane_->Send(t->server, PushFrame(*t));
+  // Unavailable: the connection is closed; the reconnect re-sends this partition (or fails it with
+  // the link). Anything else is a bug worth failing the partition for.
+  if (st.ok() || st.code() == StatusCode::kUnavailable) return;
+  std::vector<PartitionTask*> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = TakeFailedLocked([&](const PartitionTask& x) { return &x == t; }, st);
+  }
+  CompleteAll(failed, st);
+}
+
+StatusOr<transport::RecvBuffer> PushPullStage::OnReplyHeader(transport::Connection& c, const Header& h) {
+  transport::RecvBuffer b;
+  if (h.opcode == Opcode::kError) {
+    if (h.payload_len > 64 * 1024) return ProtocolError("oversized error frame from " + c.peer_name());
+    return b;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_flight_.find(h.request_id);
+  if (it == in_flight_.end()) {
+    b.discard = true;  // its operation already failed (or a resend's twin answered): drop the bytes
+    return b;
+  }
+  const PartitionTask& t = *it->second.task;
+  if (t.len != h.payload_len || t.key != h.key) {
+    return ProtocolError(fmt::format("{} answered request {} (key {}, {} bytes) with key {} and {} bytes",
+                                     c.peer_name(), h.request_id, t.key, t.len, h.key, h.payload_len));
+  }
+  it->second.receiving_on = &c;
+  b.data = t.dst;
+  b.size = t.len;
+  return b;
+}
+
+void PushPullStage::OnReplyFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  if (h.opcode == Opcode::kError) {
+    Status st = protocol::StatusFromErrorFrame(
+        h, fmt::format("{}: {}", c.peer_name(), std::string(reinterpret_cast<const char*>(b.data), b.size)));
+    std::vector<PartitionTask*> failed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (h.request_id != 0) {
+        failed = TakeFailedLocked([&](const PartitionTask& t) { return t.id == h.request_id; }, st);
+      } else {  // the tensor's declaration was refused: this round and every later one fail
+        const uint32_t dk = protocol::DeclaredKeyOf(h.key);
+        poisoned_.emplace(dk, st);
+        failed = TakeFailedLocked([&](const PartitionTask& t) { return t.op->plan->declared_key == dk; }, st);
+      }
+    }
+    CompleteAll(failed, st);
+    return;
+  }
+  if (b.discard) return;
+  PartitionTask* t;
+  Status deferred;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = in_flight_.find(h.request_id);
+    if (it == in_flight_.end()) return;
+    t = it->second.task;
+    deferred = it->second.deferred;
+    in_flight_.erase(it);
+  }
+  if (deferred.ok()) {
+    t->src = t->dst;
+    const TensorRequest& r = t->op->request;
+    if (r.average) DivideInPlace(t->dst, t->len / DataTypeSize(r.dtype), r.dtype, size_);
+  }
+  sink()->Complete(t, deferred);
+}
+
+template <typename Match>
+std::vector<PartitionTask*> PushPullStage::TakeFailedLocked(Match match, const Status& failure) {
+  std::vector<PartitionTask*> now;
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    InFlight& f = it->second;
+    if (!match(*f.task)) {
+      ++it;
+    } else if (f.receiving_on != nullptr) {
+      if (f.deferred.ok()) f.deferred = failure;  // completed when its frame is complete
+      ++it;
+    } else {
+      now.push_back(f.task);
+      it = in_flight_.erase(it);
+    }
+  }
+  return now;
+}
+
+void PushPullStage::CompleteAll(const std::vector<PartitionTask*>& tasks, const Status& st) {
+  for (PartitionTask* t : tasks) sink()->Complete(t, st);
+}
+
+void PushPullStage::OnConnectionLost(const transport::Connection& c) {
+  std::vector<std::pair<PartitionTask*, Status>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      InFlight& f = it->second;
+      if (f.receiving_on == &c) f.receiving_on = nullptr;  // the transport stopped writing into it
+      if (f.receiving_on == nullptr && !f.deferred.ok()) {
+        failed.emplace_back(f.task, f.deferred);
+        it = in_flight_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [t, st] : failed) sink()->Complete(t, st);
+}
+
+std::vector<OutFrame> PushPullStage::CollectResend(int server, size_t index) {
+  std::vector<OutFrame> frames;
+  std::vector<const PartitionTask*> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Declarations first (the server keeps them; a lost InitKey is sent again, duplicates are no-ops)...
+  for (const auto& [dk, plan] : announced_)
+    for (const PartitionPlan& p : plan->partitions)
+      if (p.server == server && plane_->ConnIndex(server, p.key) == index) frames.push_back(InitKeyFrame(*plan, p));
+  // ...then every partition that was out on the lost connection, oldest first.
+  for (const auto& [id, f] : in_flight_)
+    if (f.task->server == server && plane_->ConnIndex(server, f.task->key) == index) out.push_back(f.task);
+  std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  for (const PartitionTask* t : out) frames.push_back(PushFrame(*t));
+  return frames;
+}
+
+void PushPullStage::FailServer(int server, const Status& failure) {
+  std::vector<PartitionTask*> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = TakeFailedLocked([&](const PartitionTask& t) { return t.server == server; }, failure);
+  }
+  CompleteAll(failed, failure);
+}
+
+void PushPullStage::FailAll(const Status& failure) {
+  std::vector<PartitionTask*> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed = TakeFailedLocked([](const PartitionTask&) { return true; }, failure);
+  }
+  CompleteAll(failed, failure);
+}
+
+bool PushPullStage::idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_flight_.empty();
+}
+
+}  // namespace byteps::worker::stages

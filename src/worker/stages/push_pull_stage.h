@@ -1,0 +1,68 @@
+// Stage "push-pull": sends a partition to its server as one combined push-pull request, straight
+// from the partition's bytes, and receives the round's sum straight into its destination (the
+// output tensor on CPU); with `average`, divides it on the I/O thread that received it, while other
+// partitions still travel. The first partition of a tensor to go out declares every partition of
+// the tensor to its server (InitKey) first, on the connection its frames use. Uses the credit
+// (bytes in flight).
+//
+// A server's error keeps its code: a request's error fails that partition; a declaration error
+// (request id 0) fails the tensor now and every later round of it.
+//
+// Threading: Start/CreditFor on the dispatcher thread; the DataClient methods on transport I/O
+// threads (and CollectResend on the reconnect thread); FailAll on any thread. One mutex guards
+// the in-flight table; completions are made outside it. A partition whose reply is being written
+// into its destination is never completed from another thread (the user could free the output);
+// its failure waits until the transport is done with it.
+#pragma once
+
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "worker/data_plane.h"
+#include "worker/stage.h"
+
+namespace byteps::worker::stages {
+
+class PushPullStage : public Stage, public DataClient {
+ public:
+  // host_rank: this host's worker rank (the sender of every frame); size: the job's worker
+  // processes (the divisor of `average`).
+  PushPullStage(StageSink* sink, DataPlane* plane, int host_rank, int size);
+
+  size_t CreditFor(const PartitionTask& task) const override { return task.len; }
+  void Start(PartitionTask* task) override;
+  void FailAll(const Status& failure) override;
+
+  StatusOr<transport::RecvBuffer> OnReplyHeader(transport::Connection& conn, const protocol::Header& h) override;
+  void OnReplyFrame(transport::Connection& conn, const protocol::Header& h, transport::RecvBuffer b) override;
+  void OnConnectionLost(const transport::Connection& conn) override;
+  std::vector<OutFrame> CollectResend(int server, size_t index) override;
+  void FailServer(int server, const Status& failure) override;
+  bool idle() const override;
+
+ private:
+  struct InFlight {
+    PartitionTask* task;
+    const transport::Connection* receiving_on = nullptr;  // the transport writes into task->dst
+    Status deferred;  // a failure that waits for receiving_on to clear
+  };
+  OutFrame InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p) const;
+  OutFrame PushFrame(const PartitionTask& t) const;
+  // Removes the matching in-flight tasks and returns those that may complete now (under mu_).
+  template <typename Match>
+  std::vector<PartitionTask*> TakeFailedLocked(Match match, const Status& failure);
+  void CompleteAll(const std::vector<PartitionTask*>& tasks, const Status& st);
+
+  DataPlane* plane_;
+  const int host_rank_;
+  const int size_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, InFlight> in_flight_;            // by task id (= request id)
+  std::unordered_map<uint32_t, const TensorPlan*> announced_;   // by declared key
+  std::unordered_map<uint32_t, Status> poisoned_;               // declared key -> the server's error
+};
+
+}  // namespace byteps::worker::stages

@@ -1,0 +1,30 @@
+// What the framework asks of the worker: one push_pull of one tensor.
+// Threading: plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/dtype.h"
+
+namespace byteps::worker {
+
+// Where a tensor's bytes live. Only host memory today; the GPU path adds its device here and the
+// pipeline gains its copy stages from it.
+enum class Device : uint8_t { kCpu = 0 };
+
+struct TensorRequest {
+  std::string name;  // the core name ("byteps.<user name>" from the plugins)
+  const void* input = nullptr;
+  void* output = nullptr;  // may equal input (in place); must not partially overlap it
+  size_t bytes = 0;
+  DataType dtype = DataType::kFloat32;
+  bool average = false;  // divide the sum by size()
+  int priority = 0;      // higher goes first
+  Device device = Device::kCpu;
+};
+
+using HandleId = int64_t;
+
+}  // namespace byteps::worker

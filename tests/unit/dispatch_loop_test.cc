@@ -1,0 +1,189 @@
+// The dispatcher thread with real stages and a test-only one: operations from several framework
+// threads, completions from a stage's own thread, handles that complete with every partition
+// through; the stall guard firing with nobody in Wait; and the handle table's poll / wait / error
+// rules. The test-only checksum stage shows that a new stage needs no change to the dispatcher.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/crc32c.h"
+#include "worker/dispatch_loop.h"
+#include "worker/handle_table.h"
+#include "worker/stages/copy_out_stage.h"
+#include "worker_test_util.h"
+
+namespace byteps::worker {
+namespace {
+
+using testing::MakeOp;
+using testing::MakePlan;
+
+// Test-only stage: records the CRC-32C of each partition's bytes where they are now, and
+// completes from its own thread (like a stage whose work is asynchronous).
+class ChecksumStage : public Stage {
+ public:
+  explicit ChecksumStage(StageSink* sink) : Stage("checksum", sink), thread_([this] { Run(); }) {}
+  ~ChecksumStage() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Start(PartitionTask* t) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(t);
+    cv_.notify_all();
+  }
+  uint64_t Sum() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sum_;
+  }
+  int NotInOutput() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return not_in_output_;
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      PartitionTask* t = queue_.front();
+      queue_.pop_front();
+      sum_ += Crc32c(0, t->src, t->len);
+      if (t->src != t->dst) ++not_in_output_;
+      lock.unlock();
+      sink()->Complete(t, Status::Ok());
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<PartitionTask*> queue_;
+  uint64_t sum_ = 0;
+  int not_in_output_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+TEST(DispatchLoopTest, ATestOnlyStagePlugsInWithoutChangingTheDispatcher) {
+  HandleTable handles;
+  DispatchLoop loop({}, [&](PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
+  stages::CopyOutStage copy(&loop);
+  ChecksumStage checksum(&loop);
+  loop.AddStage(&copy);
+  loop.AddStage(&checksum);
+  loop.Start();
+  Pipeline p({&copy, &checksum});
+
+  constexpr int kThreads = 3, kOps = 40, kFloats = 64;
+  std::vector<std::unique_ptr<TensorPlan>> plans;
+  for (int i = 0; i < kThreads; ++i) plans.push_back(MakePlan("t" + std::to_string(i), i, 4, kFloats));
+  std::vector<std::vector<float>> in(kThreads, std::vector<float>(kFloats)), out = in;
+  uint64_t expected = 0;  // every partition's checksum, once per operation
+  for (int i = 0; i < kThreads; ++i) {
+    for (int j = 0; j < kFloats; ++j) in[i][j] = static_cast<float>(i * 1000 + j);
+    for (int part = 0; part < 4; ++part) expected += uint64_t{kOps} * Crc32c(0, in[i].data() + part * 16, 64);
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int n = 0; n < kOps; ++n) {
+        auto op = MakeOp(*plans[i], p, in[i].data(), out[i].data());
+        HandleId h = handles.Add(op);
+        loop.Submit(op);
+        if (!handles.Wait(h, 10).ok()) ++failures;
+        handles.Release(h);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  loop.Stop();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(checksum.Sum(), expected);   // every partition passed the checksum stage once per call
+  EXPECT_EQ(checksum.NotInOutput(), 0);  // and always after copy-out had moved it
+  EXPECT_EQ(handles.running(), 0u);
+}
+
+TEST(DispatchLoopTest, TheStallGuardFiresWithNobodyWaiting) {
+  HandleTable handles;
+  Dispatcher::Options o;
+  o.credit_bytes = 64;
+  o.stall_period = std::chrono::milliseconds(20);
+  DispatchLoop loop(o, [&](PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
+  // A credit stage that never completes its first task (it waits for "other workers").
+  class Stuck : public Stage {
+   public:
+    explicit Stuck(StageSink* s) : Stage("stuck", s) {}
+    size_t CreditFor(const PartitionTask& t) const override { return t.len; }
+    void Start(PartitionTask* t) override {
+      std::lock_guard<std::mutex> lock(mu);
+      started.push_back(t);
+      cv.notify_all();
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<PartitionTask*> started;
+  } stuck(&loop);
+  loop.AddStage(&stuck);
+  loop.Start();
+  Pipeline p({&stuck});
+  auto a = MakePlan("a", 0, 1, 64), b = MakePlan("b", 1, 1, 64);
+  std::vector<float> buf(16);
+  auto op_a = MakeOp(*a, p, buf.data(), buf.data()), op_b = MakeOp(*b, p, buf.data(), buf.data());
+  handles.Add(op_a);
+  handles.Add(op_b);
+  loop.Submit(op_a);
+  loop.Submit(op_b);
+  {
+    std::unique_lock<std::mutex> lock(stuck.mu);
+    ASSERT_TRUE(stuck.cv.wait_for(lock, std::chrono::seconds(5), [&] { return stuck.started.size() == 2; }))
+        << "b never got a's credit";
+  }
+  loop.FailAll(Aborted("done"));
+  loop.Complete(stuck.started[0], Aborted("done"));
+  loop.Complete(stuck.started[1], Aborted("done"));
+  EXPECT_TRUE(handles.WaitIdle(5));
+  loop.Stop();
+}
+
+TEST(HandleTableTest, PollWaitAndTheFirstErrorWithTheTensorsName) {
+  HandleTable handles;
+  Pipeline p;
+  auto plan = MakePlan("grad.w", 0, 3, 8, DataType::kFloat32, /*server=*/2);
+  std::vector<float> buf(6);
+  auto op = MakeOp(*plan, p, buf.data(), buf.data());
+  op->parts[2].server = 5;
+  HandleId h = handles.Add(op);
+  EXPECT_EQ(handles.Poll(h).value(), false);
+  EXPECT_FALSE(handles.PartDone(*op, 0, Status::Ok()));
+  Status late = handles.Wait(h, 0.01);
+  EXPECT_EQ(late.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(late.message().find("push_pull of tensor 'grad.w' did not complete within 0.0 s (BYTEPS_TIMEOUT): "
+                                "2 partition(s) outstanding on server(s) 2, 5"),
+            std::string::npos)
+      << late.message();
+  EXPECT_FALSE(handles.PartDone(*op, 1, Unavailable("server 2 died")));
+  EXPECT_FALSE(handles.PartDone(*op, 1, Status::Ok()));  // a partition counts once
+  EXPECT_TRUE(handles.PartDone(*op, 2, Aborted("later error")));
+  Status st = handles.Wait(h, 1);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(st.message(), "push_pull of tensor 'grad.w': server 2 died");
+  EXPECT_EQ(handles.Poll(h).status().code(), StatusCode::kUnavailable);
+  handles.Release(h);
+  EXPECT_EQ(handles.Poll(h).status().code(), StatusCode::kInvalidArgument);  // unknown handle
+  EXPECT_TRUE(handles.WaitIdle(0));
+}
+
+}  // namespace
+}  // namespace byteps::worker

@@ -1,0 +1,126 @@
+// Shared pieces of the worker pipeline tests: hand-made tensor plans and operations, a sink that
+// records completions (and lets a test wait for one with a deadline), and a stage the test
+// completes by hand.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "protocol/key_layout.h"
+#include "worker/pipeline.h"
+#include "worker/stage.h"
+
+namespace byteps::worker::testing {
+
+// A plan of `parts` partitions of `part_bytes` each (declared key `dk`, all on server `server`).
+inline std::unique_ptr<TensorPlan> MakePlan(const std::string& name, uint32_t dk, size_t parts, size_t part_bytes,
+                                            DataType dtype = DataType::kFloat32, int server = 0) {
+  auto p = std::make_unique<TensorPlan>();
+  p->name = name;
+  p->declared_key = dk;
+  p->bytes = parts * part_bytes;
+  p->dtype = dtype;
+  for (size_t i = 0; i < parts; ++i) {
+    PartitionPlan pp;
+    pp.key = protocol::MakeKey(dk, static_cast<uint32_t>(i));
+    pp.server = server;
+    pp.range = {i * part_bytes, part_bytes};
+    p->partitions.push_back(pp);
+  }
+  return p;
+}
+
+// An operation over `plan` from `in` to `out`, through `pipeline`, with task ids from `next_id`.
+inline std::shared_ptr<Operation> MakeOp(const TensorPlan& plan, const Pipeline& pipeline, const void* in, void* out,
+                                         int priority = 0, bool average = false) {
+  static uint64_t next_id = 1;
+  auto op = std::make_shared<Operation>();
+  op->request.name = plan.name;
+  op->request.input = in;
+  op->request.output = out;
+  op->request.bytes = plan.bytes;
+  op->request.dtype = plan.dtype;
+  op->request.priority = priority;
+  op->request.average = average;
+  op->plan = &plan;
+  op->pipeline = &pipeline;
+  op->parts.resize(plan.partitions.size());
+  for (size_t i = 0; i < op->parts.size(); ++i) {
+    const PartitionPlan& pp = plan.partitions[i];
+    PartitionTask& t = op->parts[i];
+    t.id = next_id++;
+    t.op = op.get();
+    t.part = i;
+    t.key = pp.key;
+    t.server = pp.server;
+    t.offset = pp.range.offset;
+    t.len = pp.range.length;
+    t.src = static_cast<const uint8_t*>(in) + pp.range.offset;
+    t.dst = static_cast<uint8_t*>(out) + pp.range.offset;
+  }
+  op->remaining = op->parts.size();
+  op->part_done.assign(op->parts.size(), false);
+  return op;
+}
+
+// Records every completion; a test waits for a task's with a deadline (completions may come from
+// other threads).
+class RecordingSink : public StageSink {
+ public:
+  void Complete(PartitionTask* task, const Status& status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_[task] = status;
+    ++count_;
+    cv_.notify_all();
+  }
+  // The task's status once completed; DeadlineExceeded if it is not within 5 s.
+  Status WaitFor(PartitionTask* task) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(5), [&] { return done_.count(task) > 0; })) {
+      return DeadlineExceeded("task " + std::to_string(task->id) + " was not completed");
+    }
+    return done_[task];
+  }
+  bool completed(PartitionTask* task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_.count(task) > 0;
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<PartitionTask*, Status> done_;
+  size_t count_ = 0;
+};
+
+// A stage that only records: the test completes its tasks. With `credit`, it uses the credit
+// (CreditFor = the partition's bytes), like the network stage.
+class ManualStage : public Stage {
+ public:
+  ManualStage(std::string name, StageSink* sink, bool credit = false) : Stage(std::move(name), sink), credit_(credit) {}
+  size_t CreditFor(const PartitionTask& t) const override { return credit_ ? t.len : 0; }
+  void Start(PartitionTask* t) override { started.push_back(t); }
+  void Skip(PartitionTask* t, const Status& failure) override { skipped.push_back({t, failure}); }
+  void FailAll(const Status& failure) override { fail_all.push_back(failure); }
+  void Finish(PartitionTask* t, const Status& st = Status::Ok()) { sink()->Complete(t, st); }
+
+  std::vector<PartitionTask*> started;
+  std::vector<std::pair<PartitionTask*, Status>> skipped;
+  std::vector<Status> fail_all;
+
+ private:
+  bool credit_;
+};
+
+}  // namespace byteps::worker::testing

@@ -37,14 +37,15 @@ class LocalStagesTest : public ::testing::Test {
     auto r = root_start.get();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     root_ = std::move(r.value());
-    root_reduce_ = std::make_unique<stages::LocalReduceStage>(&root_sink_, root_.get());
-    root_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&root_sink_, root_.get());
-    nr_reduce_ = std::make_unique<stages::LocalReduceStage>(&nr_sink_, non_root_.get());
-    nr_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&nr_sink_, non_root_.get());
+    root_reduce_ = std::make_unique<stages::LocalReduceStage>(&root_reduced_, root_.get());
+    root_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&root_published_, root_.get());
+    nr_reduce_ = std::make_unique<stages::LocalReduceStage>(&nr_contributed_, non_root_.get());
+    nr_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&nr_received_, non_root_.get());
   }
 
   std::unique_ptr<LocalReducer> root_, non_root_;
-  RecordingSink root_sink_, nr_sink_;
+  // One sink per stage: each records that stage's completions.
+  RecordingSink root_reduced_, root_published_, nr_contributed_, nr_received_;
   std::unique_ptr<Stage> root_reduce_, root_bcast_, nr_reduce_, nr_bcast_;
   Pipeline pipeline_;
 };
@@ -60,29 +61,29 @@ TEST_F(LocalStagesTest, PartitionsAreSummedAndBroadcastOneByOne) {
 
   // Partition 1 first: the non-root contributes, the root gathers (the sum is ready at once).
   nr_reduce_->Start(&nr_op->parts[1]);
-  ASSERT_TRUE(nr_sink_.WaitFor(&nr_op->parts[1]).ok());
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op->parts[1]).ok());
   root_reduce_->Start(&root_op->parts[1]);
-  ASSERT_TRUE(root_sink_.WaitFor(&root_op->parts[1]).ok());
+  ASSERT_TRUE(root_reduced_.WaitFor(&root_op->parts[1]).ok());
   EXPECT_EQ(std::vector<float>(root_out.begin() + 4, root_out.end()), (std::vector<float>{55, 66, 77, 88}));
   EXPECT_EQ(root_out[0], 0.f);  // partition 0 untouched so far
   // The non-root awaits before the root publishes...
   nr_bcast_->Start(&nr_op->parts[1]);
-  EXPECT_FALSE(nr_sink_.completed(&nr_op->parts[1]));  // nothing was published yet
+  EXPECT_FALSE(nr_received_.completed(&nr_op->parts[1]));  // nothing was published yet
   root_bcast_->Start(&root_op->parts[1]);
-  ASSERT_TRUE(root_sink_.WaitFor(&root_op->parts[1]).ok());
-  ASSERT_TRUE(nr_sink_.WaitFor(&nr_op->parts[1]).ok());
+  ASSERT_TRUE(root_published_.WaitFor(&root_op->parts[1]).ok());
+  ASSERT_TRUE(nr_received_.WaitFor(&nr_op->parts[1]).ok());
   EXPECT_EQ(std::vector<float>(nr_out.begin() + 4, nr_out.end()), (std::vector<float>{55, 66, 77, 88}));
 
   // Partition 0 the other way round: the root is in first, and publishes before the non-root awaits.
   root_reduce_->Start(&root_op->parts[0]);
-  EXPECT_FALSE(root_sink_.completed(&root_op->parts[0]));  // waits for local rank 0
+  EXPECT_FALSE(root_reduced_.completed(&root_op->parts[0]));  // waits for local rank 0
   nr_reduce_->Start(&nr_op->parts[0]);
-  ASSERT_TRUE(root_sink_.WaitFor(&root_op->parts[0]).ok());
+  ASSERT_TRUE(root_reduced_.WaitFor(&root_op->parts[0]).ok());
   EXPECT_EQ(std::vector<float>(root_out.begin(), root_out.begin() + 4), (std::vector<float>{11, 22, 33, 44}));
   root_bcast_->Start(&root_op->parts[0]);
-  ASSERT_TRUE(root_sink_.WaitFor(&root_op->parts[0]).ok());
+  ASSERT_TRUE(root_published_.WaitFor(&root_op->parts[0]).ok());
   nr_bcast_->Start(&nr_op->parts[0]);
-  ASSERT_TRUE(nr_sink_.WaitFor(&nr_op->parts[0]).ok());
+  ASSERT_TRUE(nr_received_.WaitFor(&nr_op->parts[0]).ok());
   EXPECT_EQ(nr_out, root_out);
   EXPECT_EQ(nr_op->parts[0].src, nr_op->parts[0].dst);
 }
@@ -94,12 +95,12 @@ TEST_F(LocalStagesTest, ARootFailureReachesTheNonRootWithItsCode) {
   auto nr_op = MakeOp(*plan, pipeline_, b.data(), b.data());
   root_op->parts[0].round = nr_op->parts[0].round = 1;
   nr_reduce_->Start(&nr_op->parts[0]);
-  ASSERT_TRUE(nr_sink_.WaitFor(&nr_op->parts[0]).ok());
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op->parts[0]).ok());
   nr_bcast_->Start(&nr_op->parts[0]);
   // The root's partition failed before its broadcast (say the server refused it): the stage it
   // skipped passes the failure on.
   root_bcast_->Skip(&root_op->parts[0], InvalidArgument("server 0: tensor 'w' has 16 bytes on worker 0"));
-  Status st = nr_sink_.WaitFor(&nr_op->parts[0]);
+  Status st = nr_received_.WaitFor(&nr_op->parts[0]);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("tensor 'w' has 16 bytes"), std::string::npos) << st.ToString();
 }

@@ -95,7 +95,12 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
     std::unique_lock<std::mutex> lock(c->mu_);  // brief pause before registering again
     c->cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return c->stopping_; });
   }
-  if (st.code() == StatusCode::kDeadlineExceeded) {
+  bool told;  // the scheduler's verdict (e.g. its own start timeout, naming what is missing) arrived
+  {
+    std::lock_guard<std::mutex> lock(c->mu_);
+    told = !c->failure_.ok();
+  }
+  if (st.code() == StatusCode::kDeadlineExceeded && !told) {
     return DeadlineExceeded(fmt::format("the scheduler at {}:{} did not complete the rendezvous within "
                                         "BYTEPS_START_TIMEOUT={:.0f} s (and gave no reason)",
                                         options.root_uri, options.root_port, options.start_timeout_s));

@@ -42,8 +42,9 @@ void Dispatcher::Fail(PartitionTask* task, size_t first_unreached_stage, const S
 }
 
 void Dispatcher::Finish(PartitionTask* task, const Status& status) {
-  on_finished_(task, status);
-  if (PartitionTask* next = rounds_.Leave(task)) Enter(next);
+  PartitionTask* next = rounds_.Leave(task);
+  on_finished_(task, status);  // may release the task's operation: task is not touched after this
+  if (next) Enter(next);
 }
 
 void Dispatcher::FailAll(const Status& failure) {

@@ -37,7 +37,8 @@ class Dispatcher {
     size_t credit_bytes = 0;  // 0 = no cap
     Clock::duration stall_period = std::chrono::milliseconds(50);
   };
-  // A task left the pipeline: done (OK) or failed.
+  // A task left the pipeline: done (OK) or failed. The callback may release the task's
+  // operation; the dispatcher does not touch the task afterwards.
   using Finished = std::function<void(PartitionTask*, const Status&)>;
 
   Dispatcher(const Options& options, Finished on_finished);

@@ -15,11 +15,9 @@ SIGKILLs the process groups of those still running.
 from __future__ import annotations
 
 import os
-import random
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +29,11 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO / "python"
 CORE_BINARY = PYTHON_DIR / "byteps" / "_bin" / "byteps-core"
 PYTHON = "/usr/bin/python3"
+if str(PYTHON_DIR) not in sys.path:
+    sys.path.insert(0, str(PYTHON_DIR))
+
+from byteps.launcher.ports import free_port  # noqa: E402
+
 _CONFIG_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
 
 
@@ -48,23 +51,6 @@ def use_snapshot(directory: Path) -> Path:
     PYTHON_DIR = target
     CORE_BINARY = target / "byteps" / "_bin" / "byteps-core"
     return target
-
-
-def free_port() -> int:
-    """A port that is free now, drawn below the kernel's ephemeral range (32768+): a port the
-    kernel hands out (e.g. to a client socket) cannot take it before the service binds it."""
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # the range is crowded: any free port
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_token(secret: str) -> str:

@@ -39,7 +39,7 @@ for _path in (PYTHON_DIR, REPO):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from bench.faults.job import free_port  # noqa: E402,F401  (re-exported for the tests)
+from byteps.launcher.ports import free_port  # noqa: E402,F401  (re-exported for the tests)
 
 # Child processes get these unless a test overrides them: nothing may hang for long.
 DEFAULT_JOB_ENV = {

@@ -31,7 +31,6 @@ import argparse
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import IO, Optional, Sequence
 
 from . import corebin
+from .ports import free_port
 
 EXIT_FAILURE = 1
 EXIT_TIMEOUT = 124
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-workers", type=int, default=1, metavar="N")
     p.add_argument("-s", "--num-servers", type=int, default=1, metavar="K")
     p.add_argument("--scheduler-port", type=int, metavar="P",
-                   help="default: a free TCP port on 127.0.0.1")
+                   help="default: a free TCP port on --host")
     p.add_argument("--host", default="127.0.0.1", help="scheduler and node address")
     p.add_argument("--timeout", type=float, metavar="SECONDS",
                    help="stop the job and exit 124 after this many seconds")
@@ -178,13 +178,6 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if opts.grace < 0 or (opts.timeout is not None and opts.timeout <= 0):
         parser.error("--grace must be >= 0 and --timeout > 0")
     return opts
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now (the OS picks it for a port-0 bind)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def job_env(opts: argparse.Namespace, port: int) -> dict[str, str]:
@@ -323,7 +316,10 @@ def stop_all(children: list[Child], grace: float, stop: StopRequest, console: Co
 def run_job(opts: argparse.Namespace, children: list[Child], stop: StopRequest,
             console: Console) -> int:
     """Start every process (appending to *children* as it goes) and supervise the job."""
-    port = opts.scheduler_port or free_port()
+    try:
+        port = opts.scheduler_port or free_port(opts.host)
+    except OSError as err:
+        raise LaunchError(f"cannot bind a port on --host {opts.host}: {err}") from err
     env = job_env(opts, port)
     distributed = opts.num_workers > 1 or env.get("BYTEPS_FORCE_DISTRIBUTED") == "1"
     core = None

@@ -2,11 +2,9 @@
 
 Unlike ``bpsrun`` (which stops the whole job at the first failure), :class:`Job` lets every
 process run until it exits by itself, records when and how, and answers the questions a fault
-trial asks afterwards: which processes are still running (:meth:`Job.running`), which processes
-of the job exist anywhere on the machine (:func:`job_processes`, by the job's unique
-``BYTEPS_JOB_SECRET`` in their environment, so grandchildren count too) and which shared-memory
-segments of the job are left (:func:`shm_leftovers`, by the job token the core derives from the
-secret).
+trial asks afterwards: which processes are still running (:meth:`Job.running`); which processes
+of the job exist anywhere on the machine and which of its shared-memory segments are left, by
+its unique ``BYTEPS_JOB_SECRET`` (:mod:`tools.procinfo`).
 
 Every process runs in its own session with stdout and stderr in one log file; :meth:`Job.close`
 SIGKILLs the process groups of those still running.
@@ -29,8 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO / "python"
 CORE_BINARY = PYTHON_DIR / "byteps" / "_bin" / "byteps-core"
 PYTHON = "/usr/bin/python3"
-if str(PYTHON_DIR) not in sys.path:
-    sys.path.insert(0, str(PYTHON_DIR))
+for _path in (PYTHON_DIR, REPO):  # this checkout's byteps and tools
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from byteps.launcher.ports import free_port  # noqa: E402
 
@@ -51,59 +50,6 @@ def use_snapshot(directory: Path) -> Path:
     PYTHON_DIR = target
     CORE_BINARY = target / "byteps" / "_bin" / "byteps-core"
     return target
-
-
-def job_token(secret: str) -> str:
-    """The token the core names a job's shared memory with (src/worker/engine.cc JobToken)."""
-    h = 1469598103934665603
-    for ch in secret.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return f"{h & 0xFFFFFFFFFFFF:012x}"
-
-
-def shm_leftovers(secret: str) -> list[str]:
-    """Names of /dev/shm segments of the job with this secret."""
-    token = job_token(secret)
-    try:
-        names = os.listdir("/dev/shm")
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if n.startswith("byteps") and token in n)
-
-
-def job_processes(secret: str) -> list[int]:
-    """PIDs of live (non-zombie) processes whose environment holds BYTEPS_JOB_SECRET=secret."""
-    needle = f"BYTEPS_JOB_SECRET={secret}".encode()
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
-        if state in (b"Z", b"X"):
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
-def vm_rss_kib(pid: int) -> Optional[int]:
-    """VmRSS of a process in KiB, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def known_settings() -> set[str]:

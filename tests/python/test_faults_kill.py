@@ -34,19 +34,17 @@ import re
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Optional
 
 import pytest
 
-from conftest import REPO, CORE_BINARY, PYTHON, job_env, write_script
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from conftest import CORE_BINARY, PYTHON, job_env, write_script  # conftest puts tools/ on sys.path
 # What a job leaves behind: its processes (by the secret in their environment) and its shared memory.
-from bench.faults.job import job_processes as processes_of_job, shm_leftovers as shm_of_job  # noqa: E402
+from tools.procinfo import job_processes as processes_of_job, shm_leftovers as shm_of_job
+from tools.testbed import netns
+from tools.testbed.netns import Testbed
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("require_core")
@@ -465,10 +463,6 @@ def test_kill9_server_reaches_every_local_rank_as_a_runtime_error(cluster):
 # --------------------------------------------------------------------------------------------
 # a host's link goes down (emulated cluster)
 
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-from tools.testbed import netns  # noqa: E402
-from tools.testbed.netns import Testbed  # noqa: E402
 
 LINK_OP_TIMEOUT_S = 8  # the cut-off processes end through their own deadlines: keep them short
 LINK_DETECT_S = HEARTBEAT_TIMEOUT_S + HEARTBEAT_INTERVAL_S + SLACK_S

@@ -28,17 +28,14 @@ import resource
 import secrets
 import selectors
 import socket
-import sys
 import time
 
 import pytest
 
-from conftest import REPO, free_port, write_script
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER,  # noqa: E402
-                           closed_within, frame, proof, read_frame, wire_version)
+from conftest import free_port, write_script  # conftest puts tools/ on sys.path
+from tools.procinfo import listening, vm_rss_kib
+from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER, closed_within, frame,
+                           proof, read_frame, wire_version)
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -49,30 +46,9 @@ FLOOD_RSS_BOUND_KIB = 16 * 1024  # after 2000 connections were opened and droppe
 SERVICE_ENV = {"BYTEPS_AUTH_TIMEOUT": str(AUTH_TIMEOUT_S), "BYTEPS_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
                "BYTEPS_START_TIMEOUT": "30", "BYTEPS_TIMEOUT": "20"}
 
-def vm_rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def listening(port: int) -> bool:
-    """Is something listening on TCP port *port* (any address), per /proc/net/tcp?"""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -118,7 +94,7 @@ class Service:
                 opcode, _, _ = read_frame(probe)
                 assert opcode == AUTH_CHALLENGE, f"the {target} did not open with an AuthChallenge: {opcode}"
         time.sleep(0.3)  # the server registers with the scheduler; memory settles
-        self.rss_before = vm_rss_kib(self.proc.popen.pid)
+        self.rss_before = self.rss_kib()
 
     def connect(self, timeout: float = 5.0) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -126,9 +102,14 @@ class Service:
     def alive(self) -> None:
         assert self.proc.popen.poll() is None, f"the {self.target} died\n{self.cluster.dump()}"
 
+    def rss_kib(self) -> int:
+        rss = vm_rss_kib(self.proc.popen.pid)
+        assert rss is not None, f"no VmRSS for the {self.target}\n{self.cluster.dump()}"
+        return rss
+
     def rss_growth_kib(self) -> int:
         self.alive()
-        return vm_rss_kib(self.proc.popen.pid) - self.rss_before
+        return self.rss_kib() - self.rss_before
 
     def logged(self, peer_ports: list[int], timeout: float = 3.0) -> None:
         """Every peer is named in the target's log (the refusal is logged with the peer)."""

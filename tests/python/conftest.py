@@ -4,6 +4,7 @@
   ``sys.path`` here, so ``pytest tests/python`` needs no PYTHONPATH.
 * ``require_core``: skips a test (with the reason) when ``byteps._core`` or ``byteps-core`` was
   not built.  Tests that run the real core use it (``pytestmark``); test_bpsrun.py does not.
+* ``standalone``: a byteps plugin initialised in the test's own process, without a job.
 * ``job_env()``: a hermetic environment for child processes (no inherited BYTEPS_*/DMLC_*/PS_*,
   PYTHONPATH set, short start/operation timeouts).
 * ``run_job``: runs a worker script through the real launcher (``bpsrun``) and returns
@@ -16,6 +17,7 @@ Every subprocess runs under a timeout and is killed (its whole process group) at
 
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import signal
@@ -78,6 +80,26 @@ def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     env.update(DEFAULT_JOB_ENV)
     env.update(extra or {})
     return env
+
+
+@pytest.fixture
+def standalone(monkeypatch: pytest.MonkeyPatch):
+    """``standalone("byteps.numpy")`` (or "byteps.torch"): that plugin, initialised in this
+    process as a one-worker job of its own (no network), shut down after the test."""
+    started = []
+
+    def start(module_name: str):
+        bps = importlib.import_module(module_name)
+        for key in set(os.environ) - set(clean_config_env(dict(os.environ))):
+            monkeypatch.delenv(key)  # no inherited job settings: this process is a job of its own
+        bps.shutdown()
+        bps.init()
+        started.append(bps)
+        return bps
+
+    yield start
+    for bps in started:
+        bps.shutdown()
 
 
 def pid_alive(pid: int) -> bool:

@@ -32,8 +32,7 @@ for _path in (PYTHON_DIR, REPO):  # this checkout's byteps and tools
         sys.path.insert(0, str(_path))
 
 from byteps.launcher.ports import free_port  # noqa: E402
-
-_CONFIG_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
+from tools.localjob import hermetic_env  # noqa: E402
 
 
 def use_snapshot(directory: Path) -> Path:
@@ -55,17 +54,8 @@ def use_snapshot(directory: Path) -> Path:
 def known_settings() -> set[str]:
     """Names of the settings the built core registers (from ``byteps-core info``)."""
     out = subprocess.run([str(CORE_BINARY), "info"], capture_output=True, text=True, timeout=30,
-                         env=clean_env()).stdout
+                         env=hermetic_env(python_dir=PYTHON_DIR)).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
-
-
-def clean_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """This process's environment without byteps/ps-lite settings, plus PYTHONPATH and *extra*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_CONFIG_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PYTHON_DIR), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
 
 
 @dataclass
@@ -141,7 +131,7 @@ class Job:
         self.script = self.dir / "worker.py"
         self.script.write_text(script)
         self.args = args
-        self.base = clean_env({
+        self.base = hermetic_env(python_dir=PYTHON_DIR, extra={
             "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(layout.root_port),
             "DMLC_NUM_WORKER": str(workers), "DMLC_NUM_SERVER": str(servers),
             "DMLC_NODE_HOST": "127.0.0.1", "BYTEPS_JOB_SECRET": self.secret, **(env or {})})

@@ -15,19 +15,14 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
-from conftest import REPO, missing_core
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.testbed import netns  # noqa: E402
-from tools.testbed.netns import TCP_GOODPUT_FACTOR, Testbed, TestbedError  # noqa: E402
+from conftest import REPO, missing_core  # conftest puts tools/ on sys.path
+from tools.testbed import netns
+from tools.testbed.netns import TCP_GOODPUT_FACTOR, Testbed, TestbedError
 
 PYTHON = "/usr/bin/python3"
 CLI = [PYTHON, "-m", "tools.testbed"]

@@ -54,16 +54,21 @@ def open_fds(pid: int) -> int:
 # --------------------------------------------------------------------------------------------
 # the service under attack and the job that must still work
 
+# job.py ROUNDS PAUSE: ROUNDS exact push_pulls, "ROUND <i>" after each, PAUSE seconds apart.
 JOB = """
+import sys, time
 import numpy as np
 import byteps.numpy as bps
+rounds, pause = int(sys.argv[1]), float(sys.argv[2])
 bps.init()
 rank, n = bps.rank(), bps.size()
-for it in range(10):
+for it in range(rounds):
     x = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) + rank
     out = bps.push_pull(x, average=False, name="h")
     want = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) * n + n * (n - 1) // 2
     assert np.array_equal(out, want), f"round {it}: wrong sum"
+    print(f"ROUND {it}", flush=True)
+    time.sleep(pause)
 bps.shutdown()
 print("JOB OK", flush=True)
 """
@@ -123,11 +128,15 @@ class Service:
                 pytest.fail(f"the {self.target}'s log does not name the refused peers 127.0.0.1:{missing}\n{out}")
             time.sleep(0.05)
 
-    def run_job(self) -> None:
-        """Two real workers join and finish; every process exits 0."""
+    def start_workers(self, rounds: int, pause: float) -> None:
         script = write_script(self.cluster.dir, JOB, name="job.py")
         for i in range(2):
-            self.cluster.worker(f"worker:{i}", script, {**self.env, "DMLC_WORKER_ID": str(i)})
+            self.cluster.worker(f"worker:{i}", script, {**self.env, "DMLC_WORKER_ID": str(i)},
+                                args=(str(rounds), str(pause)))
+
+    def run_job(self) -> None:
+        """Two real workers join and finish; every process exits 0."""
+        self.start_workers(rounds=10, pause=0)
         self.cluster.wait(timeout=30)
         assert not self.cluster.leftovers(), f"did not exit: {self.cluster.leftovers()}\n{self.cluster.dump()}"
         for proc in self.cluster.procs.values():
@@ -376,31 +385,11 @@ def test_flood_of_connections(service):
 # --------------------------------------------------------------------------------------------
 # during a running job
 
-LONG_JOB = """
-import time
-import numpy as np
-import byteps.numpy as bps
-bps.init()
-rank, n = bps.rank(), bps.size()
-for it in range(60):
-    x = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) + rank
-    out = bps.push_pull(x, average=False, name="h")
-    want = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) * n + n * (n - 1) // 2
-    assert np.array_equal(out, want), f"round {it}: wrong sum"
-    print(f"ROUND {it}", flush=True)
-    time.sleep(0.05)
-bps.shutdown()
-print("JOB OK", flush=True)
-"""
-
-
 def test_attacks_during_a_job(service):
     # While the workers push_pull: wrong-secret peers, garbage, 500 silent connections.  The job
     # completes with exact sums and nobody but the attackers is dropped.
     svc = service()
-    script = write_script(svc.cluster.dir, LONG_JOB, name="long_job.py")
-    for i in range(2):
-        svc.cluster.worker(f"worker:{i}", script, {**svc.env, "DMLC_WORKER_ID": str(i)})
+    svc.start_workers(rounds=60, pause=0.05)
     deadline = time.monotonic() + 20
     while "ROUND 5" not in svc.cluster.procs["worker:0"].output:
         assert time.monotonic() < deadline, svc.cluster.dump()

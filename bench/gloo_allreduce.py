@@ -9,10 +9,13 @@ Prints a line `gloo_allreduce n=4 bytes=... median_s=... algbw_GBps=...` and a J
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))  # this checkout's byteps
+from byteps.launcher.ports import free_port  # noqa: E402
 
 
 def worker(rank, n, port, nbytes, iters, warmup, queue):
@@ -48,9 +51,7 @@ def main():
     except ImportError:
         print("gloo_allreduce: python3-torch is not installed (apt-get install python3-torch)", file=sys.stderr)
         return 2
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(r, args.n, port, args.bytes, args.iters, args.warmup, q))

@@ -1,6 +1,6 @@
 """The arithmetic of the collective benchmark: link goodput, ideal times, ratios, formatting.
 
-Pure functions (no I/O), unit-tested in tests/python/test_collective_model.py.
+Pure functions (no I/O), unit-tested in bench/collective/test_model.py.
 
 Notation: M bytes are reduced across n workers; every host has one link of rate R (both
 directions, shaped with tbf on both ends, see tools/testbed/netns.py); its TCP goodput is

@@ -2,11 +2,9 @@
 
 Unlike ``bpsrun`` (which stops the whole job at the first failure), :class:`Job` lets every
 process run until it exits by itself, records when and how, and answers the questions a fault
-trial asks afterwards: which processes are still running (:meth:`Job.running`), which processes
-of the job exist anywhere on the machine (:func:`job_processes`, by the job's unique
-``BYTEPS_JOB_SECRET`` in their environment, so grandchildren count too) and which shared-memory
-segments of the job are left (:func:`shm_leftovers`, by the job token the core derives from the
-secret).
+trial asks afterwards: which processes are still running (:meth:`Job.running`); which processes
+of the job exist anywhere on the machine and which of its shared-memory segments are left, by
+its unique ``BYTEPS_JOB_SECRET`` (:mod:`tools.procinfo`).
 
 Every process runs in its own session with stdout and stderr in one log file; :meth:`Job.close`
 SIGKILLs the process groups of those still running.
@@ -15,11 +13,9 @@ SIGKILLs the process groups of those still running.
 from __future__ import annotations
 
 import os
-import random
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +27,12 @@ REPO = Path(__file__).resolve().parents[2]
 PYTHON_DIR = REPO / "python"
 CORE_BINARY = PYTHON_DIR / "byteps" / "_bin" / "byteps-core"
 PYTHON = "/usr/bin/python3"
-_CONFIG_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
+for _path in (PYTHON_DIR, REPO):  # this checkout's byteps and tools
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from byteps.launcher.ports import free_port  # noqa: E402
+from tools.localjob import hermetic_env  # noqa: E402
 
 
 def use_snapshot(directory: Path) -> Path:
@@ -50,90 +51,11 @@ def use_snapshot(directory: Path) -> Path:
     return target
 
 
-def free_port() -> int:
-    """A port that is free now, drawn below the kernel's ephemeral range (32768+): a port the
-    kernel hands out (e.g. to a client socket) cannot take it before the service binds it."""
-    rng = random.SystemRandom()
-    for _ in range(200):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as s:  # the range is crowded: any free port
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def job_token(secret: str) -> str:
-    """The token the core names a job's shared memory with (src/worker/engine.cc JobToken)."""
-    h = 1469598103934665603
-    for ch in secret.encode():
-        h = ((h ^ ch) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return f"{h & 0xFFFFFFFFFFFF:012x}"
-
-
-def shm_leftovers(secret: str) -> list[str]:
-    """Names of /dev/shm segments of the job with this secret."""
-    token = job_token(secret)
-    try:
-        names = os.listdir("/dev/shm")
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if n.startswith("byteps") and token in n)
-
-
-def job_processes(secret: str) -> list[int]:
-    """PIDs of live (non-zombie) processes whose environment holds BYTEPS_JOB_SECRET=secret."""
-    needle = f"BYTEPS_JOB_SECRET={secret}".encode()
-    me = os.getpid()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        state = stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3]
-        if state in (b"Z", b"X"):
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
-def vm_rss_kib(pid: int) -> Optional[int]:
-    """VmRSS of a process in KiB, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def known_settings() -> set[str]:
     """Names of the settings the built core registers (from ``byteps-core info``)."""
     out = subprocess.run([str(CORE_BINARY), "info"], capture_output=True, text=True, timeout=30,
-                         env=clean_env()).stdout
+                         env=hermetic_env(python_dir=PYTHON_DIR)).stdout
     return {line.split()[0] for line in out.splitlines() if line.strip()}
-
-
-def clean_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """This process's environment without byteps/ps-lite settings, plus PYTHONPATH and *extra*."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_CONFIG_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PYTHON_DIR), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra or {})
-    return env
 
 
 @dataclass
@@ -209,7 +131,7 @@ class Job:
         self.script = self.dir / "worker.py"
         self.script.write_text(script)
         self.args = args
-        self.base = clean_env({
+        self.base = hermetic_env(python_dir=PYTHON_DIR, extra={
             "DMLC_PS_ROOT_URI": "127.0.0.1", "DMLC_PS_ROOT_PORT": str(layout.root_port),
             "DMLC_NUM_WORKER": str(workers), "DMLC_NUM_SERVER": str(servers),
             "DMLC_NODE_HOST": "127.0.0.1", "BYTEPS_JOB_SECRET": self.secret, **(env or {})})

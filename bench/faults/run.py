@@ -66,11 +66,9 @@ from typing import Optional
 
 from . import peers
 from . import job as joblib
-from .job import (REPO, Job, Layout, eprint, free_port, job_processes, known_settings,
-                  relative, shm_leftovers)
+from .job import REPO, Job, Layout, eprint, free_port, known_settings, relative
 
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tools.procinfo import job_processes, shm_leftovers  # job put tools/ on sys.path
 
 KILLS = ["kill-worker", "kill-server", "kill-scheduler"]
 PROXY = ["proxy-reset", "proxy-cut", "proxy-delay", "proxy-corrupt", "proxy-truncate",

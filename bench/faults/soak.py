@@ -23,7 +23,9 @@ import time
 from pathlib import Path
 
 from . import job as joblib
-from .job import REPO, Job, vm_rss_kib
+from .job import REPO, Job
+
+from tools.procinfo import vm_rss_kib  # job put tools/ on sys.path
 
 WORKER_SCRIPT = (Path(__file__).with_name("worker.py")).read_text()
 

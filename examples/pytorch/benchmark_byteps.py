@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from typing import Callable, Optional, Sequence
@@ -53,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 import byteps.torch as bps
+from byteps.launcher.ports import free_port
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -136,12 +136,6 @@ class DDPTrainer:
         self.optimizer.step()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def init_gloo() -> tuple[int, int]:
     """Joins torch.distributed (gloo) from RANK/WORLD_SIZE or the DMLC_* variables; returns
     (rank, world size).  Under a byteps launcher (DMLC_ROLE set) it also joins the byteps job
@@ -158,7 +152,7 @@ def init_gloo() -> tuple[int, int]:
         # Rank 0 hosts the gloo rendezvous: it shares its own address (not the scheduler's, which
         # may be another machine) and a free port with the others through byteps.
         addr = env.get("MASTER_ADDR", env.get("DMLC_NODE_HOST", "127.0.0.1"))
-        port = free_port() if rank == 0 else 0
+        port = free_port("") if rank == 0 else 0  # gloo's store listens on every address
         if world > 1:
             addr, port = bps.broadcast_object((addr, port), root_rank=0, name="ddp_master_addr")
         env["MASTER_ADDR"], env["MASTER_PORT"] = addr, str(port)

@@ -1,4 +1,4 @@
-"""Framework-neutral basics shared by every byteps plugin (byteps.numpy now, byteps.torch later).
+"""Framework-neutral basics shared by every byteps plugin (byteps.numpy and byteps.torch).
 
 A plugin turns its tensors into (data pointer, byte count, dtype code) and calls the native core
 ``byteps._core`` through the helpers here:
@@ -239,9 +239,25 @@ def _state(c, handle: int) -> str:
 
 
 def poll(handle: int) -> bool:
-    """True once the operation has finished, successfully or not (synchronize tells which)."""
+    """True once the operation has finished (successfully or not: synchronize tells which).
+    Unknown handle: ValueError."""
     handles.get(handle)
     return _state(core(), handle) != "running"
+
+
+def synchronize(handle: int, timeout: Optional[float] = None) -> Any:
+    """Waits for ``handle`` and returns its output (the input itself for in-place calls).
+
+    Args:
+        timeout: seconds to wait; None waits up to BYTEPS_TIMEOUT.
+
+    Raises:
+        ValueError: unknown (or already synchronized) handle, or the core's error for an invalid
+            operation (e.g. workers disagreeing on a tensor's size).
+        byteps._core.BytePSError: the operation failed (e.g. a peer died) or timed out; after a
+            timeout the handle remains valid.
+    """
+    return wait(handle, timeout).output
 
 
 def wait(handle: int, timeout: Optional[float] = None) -> Pending:

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from . import _basics
-from ._basics import declare, init, local_rank, local_size, rank, shutdown, size, suspend
+from ._basics import declare, init, local_rank, local_size, poll, rank, shutdown, size, suspend, synchronize
 
 __all__ = [
     "init", "shutdown", "suspend", "rank", "size", "local_rank", "local_size", "declare",
@@ -110,23 +110,3 @@ def push_pull_inplace(array: np.ndarray, average: bool = True, name: Optional[st
                       priority: int = 0) -> np.ndarray:
     """Replaces ``array`` by its sum (or mean) over all workers and returns it."""
     return synchronize(push_pull_async_inplace(array, average, name, priority))
-
-
-def poll(handle: int) -> bool:
-    """True once the operation has finished (successfully or not).  Unknown handle: ValueError."""
-    return _basics.poll(handle)
-
-
-def synchronize(handle: int, timeout: Optional[float] = None) -> np.ndarray:
-    """Waits for ``handle`` and returns its output array (the input array for in-place calls).
-
-    Args:
-        timeout: seconds to wait; None waits up to BYTEPS_TIMEOUT.
-
-    Raises:
-        ValueError: unknown (or already synchronized) handle, or the core's error for an invalid
-            operation (e.g. workers disagreeing on a tensor's size).
-        byteps._core.BytePSError: the operation failed (e.g. a peer died) or timed out; after a
-            timeout the handle remains valid.
-    """
-    return _basics.wait(handle, timeout).output

@@ -1,9 +1,11 @@
 """Shared fixtures for the Python tests.
 
-* Paths of the repository, the package (``python/``) and the built core; ``python/`` is put on
-  ``sys.path`` here, so ``pytest tests/python`` needs no PYTHONPATH.
+* Paths of the repository, the package (``python/``) and the built core (tools/localjob.py);
+  ``python/`` and the repository root are put on ``sys.path`` here, so ``pytest tests/python``
+  needs no PYTHONPATH and the tests import ``byteps`` and ``tools`` directly.
 * ``require_core``: skips a test (with the reason) when ``byteps._core`` or ``byteps-core`` was
   not built.  Tests that run the real core use it (``pytestmark``); test_bpsrun.py does not.
+* ``standalone``: a byteps plugin initialised in the test's own process, without a job.
 * ``job_env()``: a hermetic environment for child processes (no inherited BYTEPS_*/DMLC_*/PS_*,
   PYTHONPATH set, short start/operation timeouts).
 * ``run_job``: runs a worker script through the real launcher (``bpsrun``) and returns
@@ -16,12 +18,12 @@ Every subprocess runs under a timeout and is killed (its whole process group) at
 
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,33 +31,21 @@ from typing import Optional
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PYTHON_DIR = REPO / "python"
-PACKAGE_DIR = PYTHON_DIR / "byteps"
-CORE_BINARY = PACKAGE_DIR / "_bin" / "byteps-core"
-PYTHON = sys.executable
-
-for _path in (PYTHON_DIR, REPO):
+_REPO = Path(__file__).resolve().parents[2]
+for _path in (_REPO / "python", _REPO):  # byteps and tools/ of this checkout
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from bench.faults.job import free_port  # noqa: E402,F401  (re-exported for the tests)
+from byteps.launcher.ports import free_port  # noqa: E402,F401  (re-exported for the tests)
+from tools.localjob import (CORE_BINARY, PYTHON_DIR, REPO, JobResult, clean_config_env,  # noqa: E402,F401
+                            hermetic_env, missing_core, pid_alive, run_bpsrun, write_script)
 
+PYTHON = sys.executable
 # Child processes get these unless a test overrides them: nothing may hang for long.
 DEFAULT_JOB_ENV = {
     "BYTEPS_START_TIMEOUT": "20",
     "BYTEPS_TIMEOUT": "20",
 }
-_CONFIG_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
-
-
-def missing_core() -> Optional[str]:
-    """Why the real core cannot be used, or None when it is built."""
-    if not list(PACKAGE_DIR.glob("_core*.so")):
-        return f"byteps._core is not built ({PACKAGE_DIR}/_core*.so missing; run ninja -C build)"
-    if not os.access(CORE_BINARY, os.X_OK):
-        return f"the core binary is not built ({CORE_BINARY} missing; run ninja -C build)"
-    return None
 
 
 @pytest.fixture
@@ -65,83 +55,38 @@ def require_core() -> None:
         pytest.skip(reason)
 
 
-def clean_config_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` without byteps/ps-lite settings inherited from whoever runs the tests."""
-    return {k: v for k, v in env.items() if not k.startswith(_CONFIG_PREFIXES)}
-
-
 def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
-    """A hermetic environment for a byteps child process."""
-    env = clean_config_env(dict(os.environ))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PYTHON_DIR), env.get("PYTHONPATH")]))
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(DEFAULT_JOB_ENV)
-    env.update(extra or {})
-    return env
+    """A hermetic environment for a byteps child process, with short timeouts."""
+    return hermetic_env({**DEFAULT_JOB_ENV, **(extra or {})})
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+@pytest.fixture
+def standalone(monkeypatch: pytest.MonkeyPatch):
+    """``standalone("byteps.numpy")`` (or "byteps.torch"): that plugin, initialised in this
+    process as a one-worker job of its own (no network), shut down after the test."""
+    started = []
 
+    def start(module_name: str):
+        bps = importlib.import_module(module_name)
+        for key in set(os.environ) - set(clean_config_env(dict(os.environ))):
+            monkeypatch.delenv(key)  # no inherited job settings: this process is a job of its own
+        bps.shutdown()
+        bps.init()
+        started.append(bps)
+        return bps
 
-def write_script(directory: Path, text: str, name: str = "worker.py") -> Path:
-    path = directory / name
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-# --------------------------------------------------------------------------------------------
-# run_job: through the launcher
-
-
-class JobResult:
-    """Unpacks as ``(returncode, stdout, stderr)``; also has ``output``, ``elapsed``, ``pids`` (every
-    process of the job) and ``leftovers`` (those still alive after bpsrun returned; killed now)."""
-
-    def __init__(self, returncode: int, stdout: str, stderr: str, elapsed: float, pids: list[int],
-                 leftovers: list[int]):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-        self.elapsed, self.pids, self.leftovers = elapsed, pids, leftovers
-
-    def __iter__(self):
-        return iter((self.returncode, self.stdout, self.stderr))
-
-    @property
-    def output(self) -> str:
-        return self.stdout + self.stderr
-
-    def __repr__(self) -> str:  # shown by pytest when an assertion fails
-        return (f"JobResult(rc={self.returncode}, elapsed={self.elapsed:.1f}s, leftovers={self.leftovers})\n"
-                f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}")
-
-
-# Records its PID (kept by exec) so the test can check that no process of the job survives.
-_PID_WRAPPER = '#!/bin/sh\necho $$ > "$BPS_TEST_PID_DIR/$$.pid"\nexec "$@"\n'
-
-
-def _make_wrappers(directory: Path) -> tuple[Path, Path]:
-    (directory / "pids").mkdir(exist_ok=True)
-    record = directory / "record-pid.sh"
-    record.write_text(_PID_WRAPPER)
-    core = directory / "byteps-core"  # BYTEPS_CORE_BINARY: the real binary, PID recorded
-    core.write_text(_PID_WRAPPER.replace('exec "$@"', f'exec "{CORE_BINARY}" "$@"'))
-    for path in (record, core):
-        path.chmod(0o755)
-    return record, core
+    yield start
+    for bps in started:
+        bps.shutdown()
 
 
 @pytest.fixture
 def run_job(tmp_path: Path, require_core: None):
     """``run_job(n, s, script_text, env=None, timeout=60, force_distributed=False, args=())``.
 
-    Writes ``script_text`` to tmp_path and runs ``bpsrun -n N -s S --timeout T -- python script
-    ARGS`` as a subprocess with :func:`job_env` plus ``env``.  Returns a :class:`JobResult`.
+    Runs ``script_text`` as the workers of a bpsrun job (:func:`tools.localjob.run_bpsrun`) with
+    :func:`job_env` plus ``env``; returns its :class:`JobResult`.  Fails the test when bpsrun
+    itself does not return within ``timeout`` + 30 s.
     """
     counter = [0]
 
@@ -150,33 +95,10 @@ def run_job(tmp_path: Path, require_core: None):
         counter[0] += 1
         work = tmp_path / f"job{counter[0]}"
         work.mkdir()
-        script = write_script(work, script_text)
-        record, core = _make_wrappers(work)
-        full_env = job_env({"BYTEPS_CORE_BINARY": str(core), "BPS_TEST_PID_DIR": str(work / "pids"),
-                            **(env or {})})
-        argv = [PYTHON, "-m", "byteps.launcher.bpsrun", "-n", str(n), "-s", str(s), "--timeout", str(timeout),
-                "--grace", "2"]
-        if force_distributed:
-            argv.append("--force-distributed")
-        argv += ["--", str(record), PYTHON, str(script), *args]
-        start = time.monotonic()
-        proc = subprocess.Popen(argv, env=full_env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
-        hung = False
-        try:
-            out, err = proc.communicate(timeout=timeout + 30)
-        except subprocess.TimeoutExpired:
-            hung = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate()
-        elapsed = time.monotonic() - start
-        pids = [int(p.stem) for p in (work / "pids").glob("*.pid")]
-        leftovers = [pid for pid in pids if pid_alive(pid)]
-        for pid in leftovers:
-            os.kill(pid, signal.SIGKILL)
-        if hung:
-            pytest.fail(f"bpsrun itself did not stop within {timeout + 30}s\n{out}\n{err}")
-        return JobResult(proc.returncode, out, err, elapsed, pids, leftovers)
+        result = run_bpsrun(work, n, s, script_text, job_env(env), timeout, force_distributed, args)
+        if result.hung:
+            pytest.fail(f"bpsrun itself did not stop within {timeout + 30}s\n{result!r}")
+        return result
 
     return run
 

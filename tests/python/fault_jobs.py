@@ -16,18 +16,14 @@ with known values (rank + round), every result compared exactly; ``ROUND r`` aft
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Optional
 
 import pytest
 
-from conftest import REPO, Cluster, Proc, free_port, write_script
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.faultproxy import FaultProxy  # noqa: E402
+from conftest import Cluster, Proc, free_port, write_script  # conftest puts tools/ on sys.path
+from tools.faultproxy import FaultProxy
+from tools.procinfo import listening
 
 WORKER_SCRIPT = """
 import os, sys, time
@@ -206,14 +202,12 @@ class FaultJob:
 
 
 def _wait_listening(port: int, proc: Proc, timeout: float = 10.0) -> None:
-    """Waits until something listens on 127.0.0.1:``port`` (read from /proc/net/tcp, so that
-    no probe connection disturbs the listener)."""
-    needles = [f"{host}:{port:04X} 00000000:0000 0A" for host in ("0100007F", "00000000")]
+    """Waits until something listens on ``port`` (without a probe connection: see
+    tools.procinfo.listening)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with open("/proc/net/tcp") as f:
-            if any(n in line for line in f for n in needles):
-                return
+        if listening(port):
+            return
         if proc.popen.poll() is not None:
             break
         time.sleep(0.02)

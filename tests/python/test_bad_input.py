@@ -13,13 +13,13 @@ import json
 import os
 import signal
 import socket
-import struct
 import subprocess
 import time
 
 import pytest
 
-from conftest import CORE_BINARY, PYTHON, free_port, job_env, write_script
+from conftest import CORE_BINARY, PYTHON, REPO, free_port, job_env, write_script  # conftest puts tools/ on sys.path
+from tools.rawwire import FINISH, NODE_FAILED, REGISTER, REGISTER_REPLY, TERMINATE, frame, read_frame_arg
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -321,27 +321,23 @@ print("FINISHED WITHOUT ERROR", flush=True)
 
 
 GARBAGE = PRELUDE + """
-import json, random, struct
+import json, random
+from tools.rawwire import HELLO, INIT_KEY, PUSH_PULL, REGISTER, frame
 
-def frame(opcode, payload=b"", version=3, payload_len=None, sender=0, key=0):
-    # The 48-byte header of src/protocol/frame.cc: magic "BPS1", version, opcode, dtype, 0,
-    # flags, sender, round, pad, key, request id, payload length, arg.
-    header = struct.pack("<IBBBBHIIHQQQI", 0x31535042, version, opcode, 0, 0, 0, sender, 0, 0, key, 0,
-                         len(payload) if payload_len is None else payload_len, 0)
-    return header + payload
-
+HEARTBEAT = 5
 rng = random.Random(rank)
 noise = [bytes(rng.getrandbits(8) for _ in range(4096)), b"GET / HTTP/1.0\\r\\n\\r\\n", b"\\xff" * 64, b"",
-         frame(5, version=7),                                  # unsupported wire version
+         frame(HEARTBEAT, version=7),                          # unsupported wire version
          frame(200),                                           # unknown opcode
-         frame(1, payload_len=2**40),                          # absurd length
-         frame(1, b"{not json"),                               # Register with a broken payload
-         frame(1, json.dumps({"role": "worker", "requested_rank": -1, "host": "127.0.0.1", "port": 0,
-                              "pid": 1, "num_workers": 7, "num_servers": 7, "job_secret_hash": ""}).encode()),
-         frame(18, b"\\0" * 16, key=0),                        # PushPull before Hello
-         frame(16, sender=99),                                 # Hello with an impossible rank
-         frame(16, sender=n - 1) + frame(17, b"[1, 2", key=12345 << 16),  # malformed InitKey
-         frame(17, b"x" * 10, payload_len=1000)]               # truncated: the peer hangs up
+         frame(REGISTER, payload_len=2**40),                   # absurd length
+         frame(REGISTER, b"{not json"),                        # Register with a broken payload
+         frame(REGISTER, json.dumps({"role": "worker", "requested_rank": -1, "host": "127.0.0.1", "port": 0,
+                                     "pid": 1, "num_workers": 7, "num_servers": 7,
+                                     "job_secret_hash": ""}).encode()),
+         frame(PUSH_PULL, b"\\0" * 16, key=0),                 # PushPull before Hello
+         frame(HELLO, sender=99),                              # Hello with an impossible rank
+         frame(HELLO, sender=n - 1) + frame(INIT_KEY, b"[1, 2", key=12345 << 16),  # malformed InitKey
+         frame(INIT_KEY, b"x" * 10, payload_len=1000)]         # truncated: the peer hangs up
 targets = [("scheduler", int(os.environ["DMLC_PS_ROOT_PORT"]))]
 targets += [(f"server {i}", int(p)) for i, p in enumerate(os.environ["BPS_TEST_SERVER_PORTS"].split(","))]
 idle = []
@@ -364,6 +360,7 @@ def test_garbage_to_scheduler_and_server_ports(cluster):
     ports = [free_port(), free_port()]
     env = cluster.env(2, 2, {"BPS_TEST_SERVER_PORTS": ",".join(map(str, ports)),
                              "BYTEPS_PARTITION_BYTES": "16384"})
+    env["PYTHONPATH"] += os.pathsep + str(REPO)  # the workers build their frames with tools.rawwire
     script = write_script(cluster.dir, GARBAGE)
     cluster.scheduler(env)
     for i, port in enumerate(ports):
@@ -380,14 +377,6 @@ def test_garbage_to_scheduler_and_server_ports(cluster):
 # --------------------------------------------------------------------------------------------
 # the scheduler's control protocol, driven by hand
 
-HEADER = "<IBBBBHIIHQQQI"  # src/protocol/frame.cc: 48 bytes, little-endian
-REGISTER, REGISTER_REPLY, NODE_FAILED, FINISH, TERMINATE = 1, 2, 6, 7, 8
-
-
-def control_frame(opcode: int, payload: bytes = b"") -> bytes:
-    return struct.pack(HEADER, 0x31535042, 3, opcode, 0, 0, 0, 0, 0, 0, 0, 0, len(payload), 0) + payload
-
-
 def connect(port: int, timeout: float) -> socket.socket:
     """Connects to 127.0.0.1:port, retrying while the just-started process is not listening yet."""
     deadline = time.monotonic() + timeout
@@ -402,20 +391,6 @@ def connect(port: int, timeout: float) -> socket.socket:
             delay = min(delay * 2, 0.2)
 
 
-def read_control_frame(sock: socket.socket) -> tuple[int, int, bytes]:
-    """(opcode, arg, payload) of the next frame."""
-    def exactly(n: int) -> bytes:
-        data = b""
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the scheduler closed the connection")
-            data += chunk
-        return data
-    fields = struct.unpack(HEADER, exactly(struct.calcsize(HEADER)))
-    return fields[2], fields[12], exactly(fields[11])
-
-
 def test_no_clean_terminate_after_a_failure(cluster):
     # Two fake workers and a fake server register; the server disconnects (the job fails), then
     # both workers send Finish, as real workers do when they call shutdown() before the failure
@@ -428,19 +403,19 @@ def test_no_clean_terminate_after_a_failure(cluster):
         nodes.append(sock)
         request = {"role": role, "requested_rank": -1, "host": "127.0.0.1", "port": 1, "pid": os.getpid(),
                    "num_workers": 2, "num_servers": 1, "job_secret_hash": ""}
-        sock.sendall(control_frame(REGISTER, json.dumps(request).encode()))
+        sock.sendall(frame(REGISTER, json.dumps(request).encode()))
     for sock in nodes:
-        assert read_control_frame(sock)[0] == REGISTER_REPLY
+        assert read_frame_arg(sock)[0] == REGISTER_REPLY
     *fake_workers, fake_server = nodes
     fake_server.close()
     for sock in fake_workers:
-        assert [read_control_frame(sock)[:2] for _ in range(2)] == [(NODE_FAILED, 0), (TERMINATE, 1)]
-        sock.sendall(control_frame(FINISH))
+        assert [read_frame_arg(sock)[:2] for _ in range(2)] == [(NODE_FAILED, 0), (TERMINATE, 1)]
+        sock.sendall(frame(FINISH))
     late = []
     for sock in fake_workers:
         sock.settimeout(3)
         try:
-            late.append(read_control_frame(sock)[:2])
+            late.append(read_frame_arg(sock)[:2])
         except (socket.timeout, ConnectionError):
             pass
     cluster.wait(timeout=10)

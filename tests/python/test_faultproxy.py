@@ -11,18 +11,13 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from conftest import REPO
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.faultproxy import FaultProxy, send_command  # noqa: E402
+from conftest import REPO  # conftest puts tools/ on sys.path
+from tools.faultproxy import FaultProxy, send_command
 
 PYTHON = "/usr/bin/python3"
 IO_TIMEOUT = 5.0

@@ -59,15 +59,20 @@ def test_data_link_dropped_mid_job(fault_job, how):
     assert proxy.stats()["accepted"] >= 12  # everyone reconnected twice
 
 
-def test_data_link_truncated(fault_job):
-    job = fault_job().start()
+def inject_at_rounds_30_and_80(job: FaultJob, fault: str, first: tuple, second: tuple) -> dict:
+    """``proxy.<fault>_next(direction, **options)`` on server 0's link at round 30 (``first``:
+    (direction, options)) and round 80 (``second``); then exact results.  Returns its stats."""
     proxy = job.server_proxy[0]
-    job.wait_round(30)
-    proxy.truncate_next("up")
-    job.wait_round(80)
-    proxy.truncate_next("down")
+    for r, (direction, options) in ((30, first), (80, second)):
+        job.wait_round(r)
+        getattr(proxy, f"{fault}_next")(direction, **options)
     job.assert_exact()
-    assert proxy.stats()["by_fault"]["truncate"] == 2
+    return proxy.stats()
+
+
+def test_data_link_truncated(fault_job):
+    stats = inject_at_rounds_30_and_80(fault_job().start(), "truncate", ("up", {}), ("down", {}))
+    assert stats["by_fault"]["truncate"] == 2
 
 
 def test_data_link_duplicated_whole_frames(fault_job):
@@ -75,13 +80,8 @@ def test_data_link_duplicated_whole_frames(fault_job):
     # chunk is one or more whole frames.  The server must not count a (worker, key, round) twice
     # and the worker must ignore a second reply.
     job = fault_job(max_tensor_bytes=4096).start()
-    proxy = job.server_proxy[0]
-    job.wait_round(30)
-    proxy.duplicate_next("up", count=3)
-    job.wait_round(80)
-    proxy.duplicate_next("down", count=3)
-    job.assert_exact()
-    assert proxy.stats()["by_fault"]["duplicate"] == 6
+    stats = inject_at_rounds_30_and_80(job, "duplicate", ("up", {"count": 3}), ("down", {"count": 3}))
+    assert stats["by_fault"]["duplicate"] == 6
 
 
 def test_data_link_duplicated_with_checksum(fault_job):
@@ -90,13 +90,8 @@ def test_data_link_duplicated_with_checksum(fault_job):
     # frame after it fails to parse.  Exact results then need BYTEPS_CHECKSUM=1 (without it:
     # test_without_checksum_does_not_hang).
     job = fault_job(env={"BYTEPS_CHECKSUM": "1"}).start()
-    proxy = job.server_proxy[0]
-    job.wait_round(30)
-    proxy.duplicate_next("up", count=3)
-    job.wait_round(80)
-    proxy.duplicate_next("down", count=2)
-    job.assert_exact()
-    assert proxy.stats()["by_fault"]["duplicate"] == 5
+    stats = inject_at_rounds_30_and_80(job, "duplicate", ("up", {"count": 3}), ("down", {"count": 2}))
+    assert stats["by_fault"]["duplicate"] == 5
 
 
 def test_data_link_delayed(fault_job):
@@ -120,13 +115,8 @@ def test_data_link_paused(fault_job):
 @pytest.mark.parametrize("direction", ["up", "down"])
 def test_corruption_detected_with_checksum(fault_job, direction):
     job = fault_job(env={"BYTEPS_CHECKSUM": "1"}).start()
-    proxy = job.server_proxy[0]
-    job.wait_round(30)
-    proxy.corrupt_next(direction, count=1)
-    job.wait_round(80)
-    proxy.corrupt_next(direction, count=3)
-    job.assert_exact()
-    assert proxy.stats()["by_fault"]["corrupt"] == 4
+    stats = inject_at_rounds_30_and_80(job, "corrupt", (direction, {"count": 1}), (direction, {"count": 3}))
+    assert stats["by_fault"]["corrupt"] == 4
     logs = "".join(p.output for p in job.cluster.procs.values())
     assert "checksum" in logs, "the corruption was not reported"
 

@@ -28,17 +28,14 @@ import resource
 import secrets
 import selectors
 import socket
-import sys
 import time
 
 import pytest
 
-from conftest import REPO, free_port, write_script
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER,  # noqa: E402
-                           closed_within, frame, proof, read_frame, wire_version)
+from conftest import free_port, write_script  # conftest puts tools/ on sys.path
+from tools.procinfo import listening, vm_rss_kib
+from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER, closed_within, frame,
+                           proof, read_frame, wire_version)
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -49,45 +46,29 @@ FLOOD_RSS_BOUND_KIB = 16 * 1024  # after 2000 connections were opened and droppe
 SERVICE_ENV = {"BYTEPS_AUTH_TIMEOUT": str(AUTH_TIMEOUT_S), "BYTEPS_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
                "BYTEPS_START_TIMEOUT": "30", "BYTEPS_TIMEOUT": "20"}
 
-def vm_rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
-
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def listening(port: int) -> bool:
-    """Is something listening on TCP port *port* (any address), per /proc/net/tcp?"""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = open(table).read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                return True
-    return False
-
-
 # --------------------------------------------------------------------------------------------
 # the service under attack and the job that must still work
 
+# job.py ROUNDS PAUSE: ROUNDS exact push_pulls, "ROUND <i>" after each, PAUSE seconds apart.
 JOB = """
+import sys, time
 import numpy as np
 import byteps.numpy as bps
+rounds, pause = int(sys.argv[1]), float(sys.argv[2])
 bps.init()
 rank, n = bps.rank(), bps.size()
-for it in range(10):
+for it in range(rounds):
     x = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) + rank
     out = bps.push_pull(x, average=False, name="h")
     want = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) * n + n * (n - 1) // 2
     assert np.array_equal(out, want), f"round {it}: wrong sum"
+    print(f"ROUND {it}", flush=True)
+    time.sleep(pause)
 bps.shutdown()
 print("JOB OK", flush=True)
 """
@@ -118,7 +99,7 @@ class Service:
                 opcode, _, _ = read_frame(probe)
                 assert opcode == AUTH_CHALLENGE, f"the {target} did not open with an AuthChallenge: {opcode}"
         time.sleep(0.3)  # the server registers with the scheduler; memory settles
-        self.rss_before = vm_rss_kib(self.proc.popen.pid)
+        self.rss_before = self.rss_kib()
 
     def connect(self, timeout: float = 5.0) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
@@ -126,9 +107,14 @@ class Service:
     def alive(self) -> None:
         assert self.proc.popen.poll() is None, f"the {self.target} died\n{self.cluster.dump()}"
 
+    def rss_kib(self) -> int:
+        rss = vm_rss_kib(self.proc.popen.pid)
+        assert rss is not None, f"no VmRSS for the {self.target}\n{self.cluster.dump()}"
+        return rss
+
     def rss_growth_kib(self) -> int:
         self.alive()
-        return vm_rss_kib(self.proc.popen.pid) - self.rss_before
+        return self.rss_kib() - self.rss_before
 
     def logged(self, peer_ports: list[int], timeout: float = 3.0) -> None:
         """Every peer is named in the target's log (the refusal is logged with the peer)."""
@@ -142,11 +128,15 @@ class Service:
                 pytest.fail(f"the {self.target}'s log does not name the refused peers 127.0.0.1:{missing}\n{out}")
             time.sleep(0.05)
 
-    def run_job(self) -> None:
-        """Two real workers join and finish; every process exits 0."""
+    def start_workers(self, rounds: int, pause: float) -> None:
         script = write_script(self.cluster.dir, JOB, name="job.py")
         for i in range(2):
-            self.cluster.worker(f"worker:{i}", script, {**self.env, "DMLC_WORKER_ID": str(i)})
+            self.cluster.worker(f"worker:{i}", script, {**self.env, "DMLC_WORKER_ID": str(i)},
+                                args=(str(rounds), str(pause)))
+
+    def run_job(self) -> None:
+        """Two real workers join and finish; every process exits 0."""
+        self.start_workers(rounds=10, pause=0)
         self.cluster.wait(timeout=30)
         assert not self.cluster.leftovers(), f"did not exit: {self.cluster.leftovers()}\n{self.cluster.dump()}"
         for proc in self.cluster.procs.values():
@@ -395,31 +385,11 @@ def test_flood_of_connections(service):
 # --------------------------------------------------------------------------------------------
 # during a running job
 
-LONG_JOB = """
-import time
-import numpy as np
-import byteps.numpy as bps
-bps.init()
-rank, n = bps.rank(), bps.size()
-for it in range(60):
-    x = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) + rank
-    out = bps.push_pull(x, average=False, name="h")
-    want = (np.arange(30000, dtype=np.int32) % 977) * (it + 1) * n + n * (n - 1) // 2
-    assert np.array_equal(out, want), f"round {it}: wrong sum"
-    print(f"ROUND {it}", flush=True)
-    time.sleep(0.05)
-bps.shutdown()
-print("JOB OK", flush=True)
-"""
-
-
 def test_attacks_during_a_job(service):
     # While the workers push_pull: wrong-secret peers, garbage, 500 silent connections.  The job
     # completes with exact sums and nobody but the attackers is dropped.
     svc = service()
-    script = write_script(svc.cluster.dir, LONG_JOB, name="long_job.py")
-    for i in range(2):
-        svc.cluster.worker(f"worker:{i}", script, {**svc.env, "DMLC_WORKER_ID": str(i)})
+    svc.start_workers(rounds=60, pause=0.05)
     deadline = time.monotonic() + 20
     while "ROUND 5" not in svc.cluster.procs["worker:0"].output:
         assert time.monotonic() < deadline, svc.cluster.dump()

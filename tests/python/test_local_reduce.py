@@ -1,10 +1,11 @@
 """Several training processes per worker host (BYTEPS_LOCAL_SIZE > 1): they reduce through shared
 memory and only the local root talks to the servers. Results must equal the flat path's."""
 import json
-import os
-from pathlib import Path
+import secrets
 
 import pytest
+
+from tools.procinfo import shm_leftovers  # conftest.py put the repository root on sys.path
 
 # Runs as each worker host: starts BPS_LOCAL processes of the child script with local ranks,
 # like bpslaunch, and fails if any child fails.
@@ -59,14 +60,13 @@ def results(output):
     return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
 
 
-def leftover_segments(job_token_hint=None):
-    return [p.name for p in Path("/dev/shm").glob("byteps-*")]
-
-
 @pytest.mark.parametrize("hosts,local,servers", [(1, 2, 0), (2, 2, 1), (2, 3, 2)])
 def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers):
-    before = set(leftover_segments())
-    env = {"BPS_LOCAL": str(local), "BPS_CHILD": CHILD, "BYTEPS_PARTITION_BYTES": "65536"}
+    # Our own secret: the job's segments are named by its token, so the leftover check below sees
+    # only this job's (other jobs may be running on the machine meanwhile).
+    secret = secrets.token_hex(16)
+    env = {"BPS_LOCAL": str(local), "BPS_CHILD": CHILD, "BYTEPS_PARTITION_BYTES": "65536",
+           "BYTEPS_JOB_SECRET": secret}
     r = run_job(hosts, max(servers, 1), SPAWNER, env=env, timeout=60, force_distributed=servers > 0)
     assert r.returncode == 0, r.output
     res = results(r.output)
@@ -79,7 +79,7 @@ def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers):
         for k, v in want.items():
             assert x["sums"][k] == pytest.approx(v, rel=1e-3 if k.startswith("d") else 1e-9), (k, x)
     assert not r.leftovers
-    assert set(leftover_segments()) <= before, "shared memory left behind"
+    assert not shm_leftovers(secret), "shared memory left behind"
 
 
 def test_local_rank_missing_fails_with_clear_error(run_job):

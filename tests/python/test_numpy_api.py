@@ -6,13 +6,12 @@ worker compares its result with the sum (or average) that NumPy computes for all
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import PYTHON, PYTHON_DIR, clean_config_env, job_env
+from conftest import PYTHON, PYTHON_DIR, job_env
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -20,16 +19,8 @@ DTYPES = ["float32", "float64", "float16", "uint8", "int8", "int32", "int64"]
 
 
 @pytest.fixture
-def bps(monkeypatch: pytest.MonkeyPatch):
-    """byteps.numpy, initialised in this process in non-distributed mode, shut down afterwards."""
-    import byteps.numpy as bps
-
-    for key in set(os.environ) - set(clean_config_env(dict(os.environ))):
-        monkeypatch.delenv(key)  # no inherited job settings: this process is a job of its own
-    bps.shutdown()
-    bps.init()
-    yield bps
-    bps.shutdown()
+def bps(standalone):
+    return standalone("byteps.numpy")
 
 
 @pytest.fixture

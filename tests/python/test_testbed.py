@@ -15,19 +15,14 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
 
-from conftest import REPO, missing_core
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from tools.testbed import netns  # noqa: E402
-from tools.testbed.netns import TCP_GOODPUT_FACTOR, Testbed, TestbedError  # noqa: E402
+from conftest import REPO, missing_core  # conftest puts tools/ on sys.path
+from tools.testbed import netns
+from tools.testbed.netns import TCP_GOODPUT_FACTOR, Testbed, TestbedError
 
 PYTHON = "/usr/bin/python3"
 CLI = [PYTHON, "-m", "tools.testbed"]
@@ -262,29 +257,36 @@ def qdisc_sent(stats: str) -> list[int]:
 @pytest.mark.parametrize("senders", [1, 2], ids=["one-flow", "incast"])
 def test_tcp_transfer_takes_the_shaped_time(testbeds, tmp_path, senders):
     """12 MB at 100 Mbit/s takes 12e6*8/(0.956*100e6) s; with two senders into one host the
-    receiver's ingress (the tbf on the bridge side) is what limits them."""
-    rate, total = 100, 12_000_000
+    receiver's ingress (the tbf on the bridge side) is what limits them.  Three transfers, the
+    fastest compared with the model: CPU load only adds time (a starved sender or receiver is
+    slower than the link), the shaping is what bounds the fastest."""
+    rate, total, runs = 100, 12_000_000, 3
     script = tmp_path / "transfer.py"
     script.write_text(TRANSFER)
     tb = testbeds(senders + 1, rate_mbit=rate)
     dst = senders
-    recv = tb.popen(dst, [PYTHON, str(script), "recv", tb.hosts[dst].ip, "5000", str(senders)],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert recv.stdout.readline() == "listening\n"
-    send = [tb.popen(i, [PYTHON, str(script), "send", tb.hosts[dst].ip, "5000",
-                         str(total // senders)]) for i in range(senders)]
-    out, err = recv.communicate(timeout=STEP_TIMEOUT)
-    assert all(s.wait(timeout=STEP_TIMEOUT) == 0 for s in send)
-    assert recv.returncode == 0, err
-    received, elapsed = re.match(r"received (\d+) in ([\d.]+)", out).groups()
+    times = []
+    for run in range(runs):
+        port = str(5000 + run)
+        recv = tb.popen(dst, [PYTHON, str(script), "recv", tb.hosts[dst].ip, port, str(senders)],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert recv.stdout.readline() == "listening\n"
+        send = [tb.popen(i, [PYTHON, str(script), "send", tb.hosts[dst].ip, port,
+                             str(total // senders)]) for i in range(senders)]
+        out, err = recv.communicate(timeout=STEP_TIMEOUT)
+        assert all(s.wait(timeout=STEP_TIMEOUT) == 0 for s in send)
+        assert recv.returncode == 0, err
+        received, elapsed = re.match(r"received (\d+) in ([\d.]+)", out).groups()
+        assert int(received) == total
+        times.append(float(elapsed))
     model = total * 8 / (TCP_GOODPUT_FACTOR * rate * 1e6)
     stats = tb.qdisc_stats(dst)
-    assert int(received) == total
-    print(f"{senders} sender(s): {total} B in {float(elapsed):.3f} s; model {model:.3f} s")
-    assert abs(float(elapsed) / model - 1) < 0.10, (
-        f"{senders} sender(s): {total} B took {float(elapsed):.3f} s, model {model:.3f} s\n{stats}")
+    fastest = min(times)
+    print(f"{senders} sender(s): {total} B in {', '.join(f'{t:.3f}' for t in times)} s; model {model:.3f} s")
+    assert abs(fastest / model - 1) < 0.10, (
+        f"{senders} sender(s): {total} B took at best {fastest:.3f} s (of {times}), model {model:.3f} s\n{stats}")
     egress, ingress = qdisc_sent(stats)
-    assert ingress >= total and egress < total // 10, stats  # it went through the shaped port
+    assert ingress >= runs * total and egress < runs * total // 10, stats  # it went through the shaped port
 
 
 # --------------------------------------------------------------------------------------------

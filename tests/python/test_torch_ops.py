@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, clean_config_env, job_env
+from conftest import PYTHON, job_env
 
 torch = pytest.importorskip("torch")
 
@@ -21,16 +21,8 @@ DTYPES = ["float32", "float64", "float16", "bfloat16", "uint8", "int8", "int32",
 
 
 @pytest.fixture
-def bps(monkeypatch: pytest.MonkeyPatch):
-    """byteps.torch, initialised in this process in non-distributed mode, shut down afterwards."""
-    import byteps.torch as bps
-
-    for key in set(os.environ) - set(clean_config_env(dict(os.environ))):
-        monkeypatch.delenv(key)  # no inherited job settings: this process is a job of its own
-    bps.shutdown()
-    bps.init()
-    yield bps
-    bps.shutdown()
+def bps(standalone):
+    return standalone("byteps.torch")
 
 
 def sample(dtype: str, shape=(3, 5)) -> "torch.Tensor":

@@ -36,10 +36,11 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _env_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
+    """bpsrun's KEY=VALUE parser."""
+    from . import job  # noqa: F401,PLC0415 - puts the checkout's python/ on sys.path
+    from byteps.launcher.bpsrun import env_pair  # noqa: PLC0415
+
+    return env_pair(text)
 
 
 def _parser() -> argparse.ArgumentParser:

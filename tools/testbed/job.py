@@ -2,27 +2,25 @@
 
 :func:`run_job` places the scheduler, servers and workers on hosts and gives each the ps-lite
 environment; :func:`run_on_hosts` runs arbitrary commands (torch.distributed gloo peers, an
-``mpirun`` started inside one host, ...).  Both supervise like ``bpsrun`` (whose pieces they
-reuse): every output line is copied to our stdout/stderr prefixed with ``[label@host]``, the
-first non-zero exit stops everything (SIGTERM, SIGKILL after ``grace``), an overall timeout
-gives 124, and every process group started is gone when they return.  The result keeps each
-process's output.
+``mpirun`` started inside one host, ...).  Both supervise as ``bpsrun`` does, with the same
+:mod:`byteps.launcher.supervision`: every output line is copied to our stdout/stderr prefixed
+with ``[label@host]``, the first non-zero exit stops everything (SIGTERM, SIGKILL after
+``grace``), an overall timeout gives 124, and every process group started is gone when they
+return.  The result keeps each process's output.
 
 SIGINT/SIGTERM during a job stop it first, then propagate as KeyboardInterrupt / SystemExit.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import signal
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import IO, Mapping, Optional, Sequence
 
 from .netns import Testbed
@@ -32,7 +30,9 @@ PYTHON_DIR = REPO / "python"
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
 
-from byteps.launcher import bpsrun, corebin  # noqa: E402  (needs PYTHON_DIR on sys.path)
+from byteps.launcher import corebin  # noqa: E402  (needs PYTHON_DIR on sys.path)
+from byteps.launcher.supervision import (EXIT_CANNOT_START, EXIT_TIMEOUT, Child, Console,  # noqa: E402
+                                         LaunchError, Waker, spawn, stop_all, supervise)
 
 DEFAULT_PORT = 9000  # the scheduler's namespace is ours alone, so a fixed port is free
 DEFAULT_TIMEOUT_S = 600.0
@@ -72,7 +72,7 @@ class JobResult:
 
     @property
     def timed_out(self) -> bool:
-        return self.returncode == bpsrun.EXIT_TIMEOUT
+        return self.returncode == EXIT_TIMEOUT
 
     @property
     def outputs(self) -> dict[str, str]:
@@ -95,13 +95,8 @@ class _Spec:
     env: dict[str, str]
 
 
-class _Console(bpsrun.Console):
-    def note(self, message: str) -> None:
-        self.write(sys.stderr, f"testbed: {message}\n")
-
-
 class _Sink:
-    """Where bpsrun.pump writes one stream of one process: kept, and echoed if asked."""
+    """Where the supervisor's reader writes one stream of one process: kept, and echoed if asked."""
 
     def __init__(self, record: ProcessResult, transcript: list[str], stream: IO[str],
                  tag_len: int, echo: bool) -> None:
@@ -129,46 +124,36 @@ def _base_env(env: Optional[Mapping[str, str]]) -> dict[str, str]:
 
 def _supervise(testbed: Testbed, specs: list[_Spec], timeout: Optional[float], grace: float,
                echo: bool) -> JobResult:
-    console, stop = _Console(), bpsrun.StopRequest()
-    previous = bpsrun.install_handlers(stop)
-    children: list[bpsrun.Child] = []
+    console = Console("testbed")
+    children: list[Child] = []
     results: dict[str, ProcessResult] = {}
     transcript: list[str] = []
     start = time.monotonic()
-    try:
-        for spec in specs:
-            record = ProcessResult(spec.label, spec.host, spec.argv)
-            results[spec.label] = record
-            try:
-                popen = testbed.popen(spec.host, spec.argv, env=spec.env, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            except OSError as err:
-                raise bpsrun.LaunchError(f"cannot start {spec.label}: {err}") from err
-            child = bpsrun.Child(spec.label, spec.role, popen)
-            tag = f"[{spec.label}@{testbed.hosts[spec.host].name}] "
-            for source, stream in ((popen.stdout, sys.stdout), (popen.stderr, sys.stderr)):
-                sink = _Sink(record, transcript, stream, len(tag), echo)
-                reader = threading.Thread(target=bpsrun.pump, args=(source, sink, tag, console),
-                                          name=f"testbed-{spec.label}", daemon=True)
-                reader.start()
-                child.readers.append(reader)
-            children.append(child)
-        code = bpsrun.supervise(children, SimpleNamespace(timeout=timeout, grace=grace), stop,
-                                console)
-    except bpsrun.LaunchError as err:
-        console.note(f"error: {err}")
-        code = bpsrun.EXIT_CANNOT_START
-    finally:
-        bpsrun.stop_all(children, grace, stop, console)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with Waker() as waker:
+        try:
+            for spec in specs:
+                record = ProcessResult(spec.label, spec.host, spec.argv)
+                results[spec.label] = record
+                tag = f"[{spec.label}@{testbed.hosts[spec.host].name}] "
+                sinks = tuple(_Sink(record, transcript, stream, len(tag), echo)
+                              for stream in (sys.stdout, sys.stderr))
+                children.append(spawn(spec.label, spec.role, spec.argv, spec.env, console=console,
+                                      tag=tag, sinks=sinks,
+                                      popen=functools.partial(testbed.popen, spec.host)))
+            code = supervise(children, waker, console, timeout=timeout, services_wait=2 * grace)
+        except LaunchError as err:
+            console.note(f"error: {err}")
+            code = EXIT_CANNOT_START
+        finally:
+            stop_all(children, signal.SIGTERM, grace, waker, console)
+        stop = waker.stop.signum
     elapsed = time.monotonic() - start
     for child in children:
         results[child.label].returncode = child.popen.returncode
-    if stop.signum == signal.SIGINT:
+    if stop == signal.SIGINT:
         raise KeyboardInterrupt
-    if stop.signum is not None:
-        raise SystemExit(128 + stop.signum)
+    if stop is not None:
+        raise SystemExit(128 + stop)
     return JobResult(code, results, elapsed, transcript)
 
 

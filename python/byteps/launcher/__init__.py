@@ -1,6 +1,9 @@
 """Launchers for BytePS jobs.
 
 ``bpsrun`` (:mod:`byteps.launcher.bpsrun`) starts a whole job -- scheduler, servers and
-workers -- on one machine; :mod:`byteps.launcher.corebin` locates the C++ core executable
-that runs the scheduler and server roles.
+workers -- on one machine; ``bpslaunch`` (:mod:`byteps.launcher.bpslaunch`) starts one
+machine's part of a job from the environment, as the original did.  Both supervise their
+processes with :mod:`byteps.launcher.supervision`; :mod:`byteps.launcher.corebin` locates the
+C++ core executable that runs the scheduler and server roles; :mod:`byteps.launcher.ports`
+finds free ports.
 """

@@ -47,36 +47,27 @@ environment or command line; 127 when a child could not be started.
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import signal
-import subprocess
 import sys
-import threading
-import time
 from typing import Mapping, Optional, Sequence
 
 from . import corebin
-from .bpsrun import Child, StopRequest, describe, exit_code
+from .supervision import (EXIT_CANNOT_START, Child, Console, LaunchError, Waker, Wording, spawn,
+                          stop_all, supervise)
 
 ROLES = ("worker", "server", "scheduler")
 EXIT_USAGE = 2
-EXIT_CANNOT_START = 127
 GRACE_S = 5.0  # between forwarding SIGTERM/SIGINT and SIGKILL
-_NO_SIGNAL_WAIT_S = 0.05  # wake-up period when signals cannot be used (not the main thread)
+CONSOLE = Console("bpslaunch")  # its notes go to stderr: stdout belongs to the children
 
 
 class LaunchConfigError(ValueError):
     """The environment or the command line does not describe a valid launch (exit 2)."""
 
 
-class CannotStart(Exception):
-    """A child process could not be started (exit 127)."""
-
-
 def note(message: str) -> None:
-    """A launcher message on stderr (stdout belongs to the children)."""
-    print(f"bpslaunch: {message}", file=sys.stderr, flush=True)
+    CONSOLE.note(message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,51 +241,6 @@ def core_bindings(env: Mapping[str, str], local_size: int) -> Optional[list[str]
 # Processes
 
 
-class Waker:
-    """Lets the main thread sleep until a child exits or bpslaunch is signalled -- no polling.
-
-    SIGCHLD, SIGINT and SIGTERM write to a self-pipe (:func:`signal.set_wakeup_fd`) that
-    :meth:`wait` selects on; SIGINT/SIGTERM are also recorded in :attr:`stop`.  Off the main
-    thread no handler can be installed, so :meth:`wait` then wakes up periodically instead.
-    """
-
-    SIGNALS = (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.stop = StopRequest()
-        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._active = threading.current_thread() is threading.main_thread()
-        self._previous: dict[int, object] = {}
-        self._previous_fd = -1
-
-    def __enter__(self) -> "Waker":
-        if self._active:
-            self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
-            for sig in self.SIGNALS:
-                handler = self.stop if sig != signal.SIGCHLD else (lambda _s, _f: None)
-                self._previous[sig] = signal.signal(sig, handler)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        if self._active:
-            for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
-            signal.set_wakeup_fd(self._previous_fd)
-        os.close(self._read)
-        os.close(self._write)
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Returns after a signal arrived since the last call, or after ``timeout`` seconds."""
-        if not self._active:
-            timeout = _NO_SIGNAL_WAIT_S if timeout is None else min(timeout, _NO_SIGNAL_WAIT_S)
-        select.select([self._read], [], [], timeout)
-        try:
-            while os.read(self._read, 512):
-                pass
-        except BlockingIOError:
-            pass
-
-
 def command_argv(command: Sequence[str]) -> list[str]:
     """The argv to execute: a single argument is a shell command line, several are run as is."""
     if len(command) == 1:
@@ -308,78 +254,28 @@ def bound_argv(argv: list[str], cores: Optional[str]) -> list[str]:
         return argv
     taskset = shutil.which("taskset")
     if taskset is None:
-        raise CannotStart("CPU binding needs taskset (util-linux), which is not on PATH; "
+        raise LaunchError("CPU binding needs taskset (util-linux), which is not on PATH; "
                           "set BYTEPS_NUMA_ON=0")
     return [taskset, "-c", cores, *argv]
 
 
-def spawn(label: str, argv: list[str], env: Mapping[str, str]) -> Child:
-    """Starts ``argv`` as the leader of a new session (so of its own process group)."""
-    try:
-        popen = subprocess.Popen(argv, env=dict(env), start_new_session=True)
-    except OSError as err:
-        raise CannotStart(f"cannot start {label} ({argv[0]}): {err}") from err
-    return Child(label, "worker" if label.startswith("local_rank") else label, popen)
-
-
-def supervise(children: list[Child], waker: Waker) -> int:
-    """Waits until every child exited 0 (returns 0), one failed (returns its code) or
-    bpslaunch was signalled (returns 128 + the signal)."""
-    while True:
-        if waker.stop.signum is not None:
-            note(f"received {signal.Signals(waker.stop.signum).name}; stopping")
-            return 128 + waker.stop.signum
-        statuses = [(child, child.status()) for child in children]
-        for child, status in statuses:
-            if status not in (None, 0):
-                others = "; stopping the others" if len(children) > 1 else ""
-                note(f"{child.label} {describe(status)}{others}")
-                return exit_code(status)
-        if all(status == 0 for _, status in statuses):
-            return 0
-        waker.wait()
-
-
-def stop_children(children: list[Child], signum: int, waker: Waker, grace: float = GRACE_S) -> None:
-    """Sends ``signum`` to every child's process group, SIGKILL to those still running after
-    ``grace`` seconds (or at once on a further SIGINT/SIGTERM), then reaps them.
-
-    Groups whose leader already exited are signalled too, so that strays left in them (e.g.
-    background processes of a shell command) do not outlive bpslaunch.  Leaders are reaped only
-    at the end, so their group ids cannot have been reused by then.
-    """
-    for child in children:
-        child.signal_group(signum)
-    deadline, signals_seen = time.monotonic() + grace, waker.stop.count
-    while waker.stop.count == signals_seen and any(c.status() is None for c in children):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        waker.wait(left)
-    stubborn = [child.label for child in children if child.status() is None]
-    if stubborn:
-        note(f"{', '.join(stubborn)} still running after {signal.Signals(signum).name}; "
-             f"sending SIGKILL")
-    for child in children:
-        child.signal_group(signal.SIGKILL)
-    for child in children:
-        child.popen.wait()
-
-
 def run_children(plan: list[tuple[str, list[str], dict[str, str]]]) -> int:
-    """Starts every (label, argv, env) of ``plan``, supervises them and cleans up."""
+    """Starts every (label, argv, env) of ``plan``, supervises them and cleans up: the first
+    failure stops the others, a SIGINT/SIGTERM to us is forwarded to them."""
     children: list[Child] = []
+    wording = Wording(stopping="stopping", failure="stopping the others" if len(plan) > 1 else None)
     with Waker() as waker:
         code = EXIT_CANNOT_START
         try:
             for label, argv, env in plan:
-                children.append(spawn(label, argv, env))
-            code = supervise(children, waker)
-        except CannotStart as err:
+                role = "worker" if label.startswith("local_rank") else label
+                children.append(spawn(label, role, argv, env))
+            code = supervise(children, waker, CONSOLE, wording=wording)
+        except LaunchError as err:
             note(f"error: {err}")
         finally:
             signum = waker.stop.signum if waker.stop.signum is not None else signal.SIGTERM
-            stop_children(children, signum, waker)
+            stop_all(children, signum, GRACE_S, waker, CONSOLE)
         return code
 
 
@@ -413,7 +309,7 @@ def service_plan(role: str, env: dict[str, str]) -> list[tuple[str, list[str], d
     try:
         core = corebin.find_core_binary()
     except FileNotFoundError as err:
-        raise CannotStart(str(err)) from err
+        raise LaunchError(str(err)) from err
     return [(role, [core, role], env)]
 
 
@@ -434,7 +330,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except LaunchConfigError as err:
         note(f"error: {err}")
         return EXIT_USAGE
-    except CannotStart as err:
+    except LaunchError as err:
         note(f"error: {err}")
         return EXIT_CANNOT_START
     if not plan:

@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from .. import _basics
-from .._basics import local_rank, local_size, rank, shutdown, size, suspend
+from .._basics import local_rank, local_size, poll, rank, shutdown, size, suspend, synchronize
 from .compression import Compression
 
 __all__ = [
@@ -167,26 +167,6 @@ def push_pull_inplace(tensor: torch.Tensor, average: bool = True, name: Optional
                       priority: int = 0) -> torch.Tensor:
     """Replaces ``tensor`` by its sum (or mean) over all workers and returns it."""
     return synchronize(push_pull_async_inplace(tensor, average, name, version, priority))
-
-
-def poll(handle: int) -> bool:
-    """True once the operation has finished (successfully or not).  Unknown handle: ValueError."""
-    return _basics.poll(handle)
-
-
-def synchronize(handle: int, timeout: Optional[float] = None) -> torch.Tensor:
-    """Waits for ``handle`` and returns its output tensor (the input tensor for in-place calls).
-
-    Args:
-        timeout: seconds to wait; None waits up to BYTEPS_TIMEOUT.
-
-    Raises:
-        ValueError: unknown (or already synchronized) handle, or the core's error for an invalid
-            operation (e.g. workers disagreeing on a tensor's size).
-        byteps._core.BytePSError: the operation failed (e.g. a peer died) or timed out; after a
-            timeout the handle remains valid.
-    """
-    return _basics.wait(handle, timeout).output
 
 
 class _PushPull(torch.autograd.Function):

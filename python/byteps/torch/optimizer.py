@@ -25,71 +25,14 @@ from contextlib import contextmanager
 import torch
 
 from . import ops
-from .compression import Compression, wire_dtype
+from .compression import Compression
+from .gradients import (declare_parameters, finish_push_pulls, find_duplicates, hook_gradients, parameter_names,
+                        priorities, start_push_pull)
 
 __all__ = ["DistributedOptimizer", "_DistributedOptimizer"]
 
 _EXCEEDED = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
              "Increase backward_passes_per_step to accumulate gradients locally.")
-
-
-def _find_duplicates(names):
-    seen, dups = set(), set()
-    for name in names:
-        if name in seen:
-            dups.add(name)
-        seen.add(name)
-    return dups
-
-
-def parameter_names(named_parameters, params, what):
-    """Validates ``named_parameters`` (as BytePS does) and returns ``(names, order)``: a dict
-    param -> name, and the list of (name, tensor) in the order given (model order)."""
-    if named_parameters is not None:
-        named_parameters = list(named_parameters)
-    else:
-        named_parameters = []
-    if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
-                         "model.named_parameters().")
-    dups = _find_duplicates([k for k, _ in named_parameters])
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                         % ", ".join(sorted(dups)))
-    if named_parameters and any(not isinstance(p, torch.Tensor) for _, p in named_parameters):
-        raise ValueError("named_parameters should consistently be a sequence of tuples (name, torch.Tensor)")
-    if named_parameters:
-        names = {}
-        for name, p in named_parameters:
-            names.setdefault(p, name)  # a tensor listed twice (tied) keeps its first name
-        unnamed = [i for i, p in enumerate(params) if p not in names]
-        if unnamed:
-            raise ValueError(f"{what}: named_parameters was given, but {len(unnamed)} parameter(s) of the "
-                             f"optimizer are not in it (positions {unnamed[:10]} in its param groups)")
-        return names, named_parameters
-    order = [("push_pull.noname.%d" % i, p) for i, p in enumerate(params)]
-    return {p: name for name, p in order}, order
-
-
-def declare_parameters(order, compression, what):
-    """Checks that all workers have the same parameters, then declares "Gradient.<name>" for all
-    names sorted, then "Parameter.<name>" (the same order on every worker)."""
-    from .functions import verify_same_tensors  # noqa: PLC0415 - functions imports this module
-
-    entries = sorted((name, p) for name, p in order)
-    if ops.size() > 1:
-        verify_same_tensors([(name, tuple(p.shape), p.dtype) for name, p in entries], what)
-    for name, p in entries:
-        wire = wire_dtype(compression, p.dtype)
-        if wire is not None and wire in ops._CODES:
-            ops.declare_tensor("Gradient." + name, p.numel() * torch.empty(0, dtype=wire).element_size(), wire)
-        else:
-            ops.declare("Gradient." + name)
-    for name, p in entries:
-        if p.dtype in ops._CODES:
-            ops.declare_tensor("Parameter." + name, p)
-        else:
-            ops.declare("Parameter." + name)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -102,9 +45,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._compression = compression
         all_params = [p for group in self.param_groups for p in group["params"]]
         self._parameter_names, order = parameter_names(named_parameters, all_params, "DistributedOptimizer")
-        position = {p: i for i, (_, p) in enumerate(order)}
-        # Earlier layers first: the next forward needs them first.
-        self._priority = {p: -position[p] for p in all_params}
+        self._priority = priorities(order)
         self.backward_passes_per_step = backward_passes_per_step
         # Every parameter gets a counter (BytePS built them from named_parameters only, quirk §11.11).
         self._push_pull_delay = {p: backward_passes_per_step for p in all_params}
@@ -114,37 +55,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_sync = True
         declare_parameters(order, compression, "DistributedOptimizer")
         if ops.size() > 1:
-            self._register_hooks()
+            self._requires_update = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+            self._grad_accs = hook_gradients(self._requires_update, self._make_hook)
 
     @staticmethod
     def find_duplicates(lst):
-        return _find_duplicates(lst)
+        return find_duplicates(lst)
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = passes
         for p in self._push_pull_delay:
             self._push_pull_delay[p] = passes
 
-    def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.requires_grad:
-                    p.grad = p.data.new(p.size()).zero_()
-                    self._requires_update.append(p)
-                    grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
-
     def _push_pull_grad_async(self, p):
-        name = self._parameter_names[p]
-        if p.grad is None:
-            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        elif not p.grad.is_contiguous():
-            p.grad = p.grad.contiguous()
-        compressed, ctx = self._compression.compress(p.grad)
-        handle = ops.push_pull_async_inplace(compressed, average=True, name="Gradient." + name,
-                                             priority=self._priority[p])
-        return handle, ctx
+        return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression)
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -168,12 +92,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._push_pull_grad_async(p)
         handles, self._handles = self._handles, {}
         try:
-            for p, (handle, ctx) in handles.items():
-                output = ops.synchronize(handle)
-                self._push_pull_delay[p] = self.backward_passes_per_step
-                grad = self._compression.decompress(output, ctx)
-                if grad is not p.grad:
-                    p.grad.copy_(grad)
+            finish_push_pulls(handles, self._compression)
         finally:
             # After a failure, forget the rest (the core keeps their tensors alive) and start over.
             for p in handles:

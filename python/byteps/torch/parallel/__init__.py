@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-import torch
 from torch.nn.modules import Module
 
 from .. import ops
 from ..compression import Compression
 from ..functions import broadcast_parameters
-from ..optimizer import declare_parameters, parameter_names
+from ..gradients import (declare_parameters, finish_push_pulls, hook_gradients, parameter_names, priorities,
+                         start_push_pull)
 
 __all__ = ["DistributedDataParallel"]
 
@@ -57,7 +57,7 @@ class DistributedDataParallel(Module):
         self._require_backward_grad_sync = True
         named = list(module.named_parameters())
         self._parameter_names, order = parameter_names(named, [p for _, p in named], "DistributedDataParallel")
-        self._priority = {p: -i for i, (_, p) in enumerate(order)}
+        self._priority = priorities(order)
         self._requires_update = [p for _, p in named if p.requires_grad]
         self._num_grads = len(self._requires_update)
         self._grad_count = 0
@@ -65,7 +65,7 @@ class DistributedDataParallel(Module):
         self._grad_accs = []
         declare_parameters(order, compression, "DistributedDataParallel")
         if ops.size() > 1:
-            self._register_hooks()
+            self._grad_accs = hook_gradients(self._requires_update, self._make_hook)
         state = self.module.state_dict()
         if len(state) > 0:
             broadcast_parameters(state, root_rank=0)
@@ -92,22 +92,8 @@ class DistributedDataParallel(Module):
             if buffers:
                 broadcast_parameters(buffers, root_rank=0)
 
-    def _register_hooks(self):
-        for p in self._requires_update:
-            p.grad = p.data.new(p.size()).zero_()
-            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            grad_acc.register_hook(self._make_hook(p))
-            self._grad_accs.append(grad_acc)
-
     def _push_pull_grad_async(self, p):
-        if p.grad is None:
-            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-        elif not p.grad.is_contiguous():
-            p.grad = p.grad.contiguous()
-        compressed, ctx = self._compression.compress(p.grad)
-        handle = ops.push_pull_async_inplace(compressed, average=True, name="Gradient." + self._parameter_names[p],
-                                             priority=self._priority[p])
-        return handle, ctx
+        return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression)
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -129,8 +115,4 @@ class DistributedDataParallel(Module):
                 self._handles[p] = self._push_pull_grad_async(p)
         handles, self._handles = self._handles, {}
         self._grad_count = 0
-        for p, (handle, ctx) in handles.items():
-            output = ops.synchronize(handle)
-            grad = self._compression.decompress(output, ctx)
-            if grad is not p.grad:
-                p.grad.copy_(grad)
+        finish_push_pulls(handles, self._compression)

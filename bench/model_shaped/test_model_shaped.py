@@ -17,12 +17,16 @@ import math
 import os
 import sys
 
+from pathlib import Path
+
 import pytest
 
-from conftest import PYTHON_DIR, REPO
+REPO = Path(__file__).resolve().parents[2]
+for _path in (REPO / "python", REPO):  # byteps, tools and bench of this checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from tools.localjob import PYTHON_DIR, hermetic_env, missing_core, run_bpsrun  # noqa: E402
 
 torchvision = pytest.importorskip("torchvision")
 import torch  # noqa: E402
@@ -115,6 +119,21 @@ def test_stream_does_not_accumulate_overshoot() -> None:
 
 # --------------------------------------------------------------------------------------------
 # End to end through bpsrun
+
+@pytest.fixture
+def run_job(tmp_path):
+    """bpsrun with this checkout's core (tools.localjob.run_bpsrun); skips when it is not built."""
+    reason = missing_core()
+    if reason:
+        pytest.skip(reason)
+
+    def run(n, s, script_text, env, timeout, args):
+        result = run_bpsrun(tmp_path, n, s, script_text, hermetic_env(env), timeout, args=args)
+        assert not result.hung, result
+        return result
+
+    return run
+
 
 RUNNER = """
 import runpy, sys

@@ -11,16 +11,18 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO, missing_core
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
+for _path in (REPO / "python", REPO):  # byteps, tools and bench of this checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 from bench.collective import model  # noqa: E402
 from bench.collective import run as runner  # noqa: E402
+from tools.localjob import missing_core  # noqa: E402
 
 MIB = 1 << 20
 G1000 = 0.956 * 1000e6 / 8  # bytes/s through a 1 Gbit/s tbf link

@@ -184,6 +184,7 @@ Status Engine::Shutdown() {
       std::lock_guard<std::mutex> lock(mu_);
       failure = failure_;
     }
+    if (failure.ok() && local_) failure = local_->failure();  // a local process died: not a clean finish
     result = cluster_->Finish(failure);
   }
   {

@@ -175,8 +175,8 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       Status st = protocol::StatusFromErrorFrame(
           h, fmt::format("the local root (local rank {}) failed: {}", options_.local_size - 1, payload));
       BYTEPS_LOG(Error, "{}", st.message());
+      if (on_failure_) on_failure_(st);  // first: the engine knows before any waiter wakes up
       FailAll(st);
-      if (on_failure_) on_failure_(st);
       return;
     }
     case Opcode::kFinish: {
@@ -215,8 +215,11 @@ void LocalReducer::OnClose(transport::Connection& c, const Status& reason) {
     int removed = ShmSegment::RemoveCreatedBy(dead_pid, options_.job);
     if (removed > 0) BYTEPS_LOG(Warning, "removed {} shared-memory segments of the lost pid {}", removed, dead_pid);
   }
-  FailAll(st);
+  // The engine learns of the failure before the waiting rounds fail: a training script that sees
+  // the error and exits must not reach Shutdown with the job still looking healthy (it would tell
+  // the scheduler it finished cleanly, and the other hosts would wait for it).
   if (on_failure_) on_failure_(st);
+  FailAll(st);
 }
 
 }  // namespace byteps::worker

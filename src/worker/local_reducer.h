@@ -77,6 +77,8 @@ class LocalReducer : public transport::Handler {
   void PublishError(uint64_t key, uint32_t round, const Status& error);
   // Fails everything waiting (e.g. the job failed elsewhere).
   void FailAll(const Status& st);
+  // The first failure (OK while healthy).
+  Status failure() const;
   // Tells the root this process leaves cleanly (non-root), so its disconnect is not a failure.
   void Leave();
 
@@ -126,7 +128,7 @@ class LocalReducer : public transport::Handler {
   std::unique_ptr<transport::Transport> transport_;
   int root_pid_ = 0;
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   Status failure_;
   // Root side.

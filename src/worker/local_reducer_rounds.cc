@@ -37,6 +37,11 @@ Status LocalReducer::MapLocked(std::unique_ptr<ShmSegment>* seg, bool create, in
   return Status::Ok();
 }
 
+Status LocalReducer::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
 Status LocalReducer::Contribute(const Part& part, const void* input) {
   std::shared_ptr<transport::Connection> root;
   {

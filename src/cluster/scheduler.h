@@ -68,6 +68,8 @@ class Scheduler : public transport::Handler {
   void HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out);
   // A registered node whose connection dropped reconnects (RegisterRequest.rejoin).
   void HandleRejoin(transport::Connection& c, const protocol::RegisterRequest& r, Outbox* out);
+  void HandleBarrierLocked(transport::Connection& c, const Node& node, const protocol::Header& h, Outbox* out);
+  void HandleFinishLocked(Node& node, const protocol::Header& h, const std::string& payload, Outbox* out);
   void MaybeCompleteRendezvousLocked(Outbox* out);
   void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
   void TerminateLocked(uint64_t code, Outbox* out);

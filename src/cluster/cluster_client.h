@@ -51,8 +51,8 @@ class ClusterClient : public transport::Handler {
 
   int rank() const { return rank_; }
   const std::vector<protocol::NodeInfo>& nodes() const { return nodes_; }
-  std::vector<protocol::NodeInfo> servers() const;
-  std::vector<protocol::NodeInfo> workers() const;
+  std::vector<protocol::NodeInfo> servers() const { return NodesOf("server"); }
+  std::vector<protocol::NodeInfo> workers() const { return NodesOf("worker"); }
 
   // Blocks until every worker (all_nodes=false) or every node entered barrier `id`.
   Status Barrier(uint64_t id, bool all_nodes);
@@ -72,6 +72,9 @@ class ClusterClient : public transport::Handler {
  private:
   ClusterClient(transport::Transport& transport, const ClientOptions& options, FailureCallback on_failure);
   protocol::RegisterRequest MakeRegisterRequest(bool rejoin) const;
+  std::vector<protocol::NodeInfo> NodesOf(const std::string& role) const;
+  static protocol::Header BarrierHeader(uint64_t id, bool all_nodes);
+  static protocol::Header FinishHeader(uint32_t arg);
   std::shared_ptr<transport::Connection> Conn() const;
   void Fail(const Status& st);
   void HeartbeatLoop();

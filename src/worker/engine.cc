@@ -7,10 +7,11 @@
 #include <cstring>
 #include <set>
 
-#include "cluster/role_main.h"
+#include "cluster/cluster_config.h"
 #include "common/logging.h"
 #include "protocol/error_frame.h"
 #include "protocol/key_layout.h"
+#include "transport/transport_config.h"
 #include "worker/average.h"
 
 #include <pthread.h>
@@ -59,7 +60,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
     lo.job = JobToken(config);
     lo.host_id = std::max(0, config.worker_id);
     lo.start_timeout_s = config.start_timeout_s;
-    lo.transport = cluster::TransportOptionsFor(config, "bps-local");
+    lo.transport = transport::TransportOptionsFor(config, "bps-local");
     Engine* raw = e.get();
     auto local = LocalReducer::Start(lo, [raw](const Status& st) { raw->FailAll(st); });
     if (!local.ok()) return local.status();
@@ -75,7 +76,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
 }
 
 Status Engine::Connect() {
-  transport_ = transport::CreateTcpTransport(cluster::TransportOptionsFor(config_, "worker"));
+  transport_ = transport::CreateTcpTransport(transport::TransportOptionsFor(config_, "worker"));
 
   cluster::ClientOptions co = cluster::ClientOptionsFor(config_, "worker", 0);
   auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });

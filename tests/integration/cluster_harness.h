@@ -44,6 +44,7 @@ class ClusterHarness {
   int num_workers() const { return options_.num_workers; }
   // The job's settings (addresses, sizes, deadlines) as every role of the harness sees them.
   config::Config JobConfig() const;
+  config::Config ServerConfig() const;
   config::Config WorkerConfig(int rank) const;
   // Drops worker i without a clean shutdown (as if its process died).
   void KillWorker(int i);

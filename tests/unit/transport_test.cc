@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/little_endian.h"
 #include "protocol/auth.h"
 
 namespace byteps::transport {
@@ -658,7 +659,8 @@ void SendChecksummed(RawSocket& raw, const std::string& payload, bool break_head
   if (break_header) out[18] ^= 1;
   out.insert(out.end(), payload.begin(), payload.end());
   uint32_t crc = Crc32c(0, payload.data(), payload.size()) ^ (break_trailer ? 1u : 0u);
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+  out.resize(out.size() + protocol::kTrailerSize);
+  StoreLe32(out.data() + out.size() - protocol::kTrailerSize, crc);
   ASSERT_EQ(::send(raw.fd, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
 }
 

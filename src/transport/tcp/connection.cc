@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/little_endian.h"
 #include "common/logging.h"
 #include "common/tsan.h"
 
@@ -24,14 +25,6 @@ constexpr size_t kReadBudget = 32u << 20;
 constexpr int kMaxIov = 512;  // < IOV_MAX (1024)
 
 std::string Errno(int e) { return fmt::format("{} (errno {})", std::strerror(e), e); }
-
-void PutLe32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t GetLe32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
-}
 
 }  // namespace
 
@@ -105,7 +98,7 @@ Status TcpConnection::Send(const protocol::Header& header, const std::vector<iov
       if (options_.checksum) crc = Crc32c(crc, v.iov_base, v.iov_len);
     }
     if (options_.checksum) {
-      PutLe32(e.trailer, crc);
+      StoreLe32(e.trailer, crc);
       e.iov.push_back({e.trailer, protocol::kTrailerSize});
       e.remaining += protocol::kTrailerSize;
     }
@@ -241,7 +234,7 @@ Status TcpConnection::ParseStaged() {
     const uint8_t* at = stage_.data() + stage_begin_;
     if (in_trailer_) {
       if (avail < protocol::kTrailerSize) break;
-      uint32_t sent = GetLe32(at);
+      uint32_t sent = LoadLe32(at);
       stage_begin_ += protocol::kTrailerSize;
       in_trailer_ = false;
       if (sent != crc_) {

@@ -51,10 +51,17 @@ StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const
     return ProtocolError(fmt::format("unexpected {} from {}", protocol::OpcodeName(h.opcode), c.peer_name()));
   }
   transport::RecvBuffer b;
+  auto buf = pool_.Get(h.payload_len);
+  if (!buf.ok()) {
+    // That request fails, not the connection or the server: its payload is read and dropped, and
+    // OnFrame hands the failure to the key's shard, which answers with an Error naming the tensor.
+    BYTEPS_LOG(Error, "{} from {}: {}", protocol::DescribeHeader(h), c.peer_name(), buf.status().message());
+    b.discard = true;
+    return b;
+  }
   b.size = h.payload_len;
-  auto buf = pool_.Get(b.size);
-  b.data = buf.get();
-  b.owner = buf;
+  b.data = buf->get();
+  b.owner = std::move(buf.value());
   return b;
 }
 
@@ -100,6 +107,10 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       t.request_id = h.request_id;
       t.dtype = h.dtype;
       t.conn = c.shared_from_this();
+      if (b.discard) {  // OnHeader found no memory for the payload
+        t.failure = Unavailable(fmt::format("the server ({}) cannot allocate {} bytes for it: out of memory",
+                                            c.peer_name(), h.payload_len));
+      }
       t.data = std::static_pointer_cast<uint8_t>(b.owner);
       t.bytes = b.size;
       ShardFor(h.key).Post(std::move(t));

@@ -26,7 +26,12 @@ std::string NewInstanceToken() {
 
 ClusterClient::ClusterClient(transport::Transport& transport, const ClientOptions& options,
                              FailureCallback on_failure)
-    : transport_(&transport), options_(options), on_failure_(std::move(on_failure)), instance_(NewInstanceToken()) {}
+    : transport_(&transport),
+      options_(options),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Steady()),
+      on_failure_(std::move(on_failure)),
+      instance_(NewInstanceToken()),
+      last_heard_(clock_.Now()) {}
 
 protocol::RegisterRequest ClusterClient::MakeRegisterRequest(bool rejoin) const {
   protocol::RegisterRequest req;
@@ -218,7 +223,7 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
   std::string payload(reinterpret_cast<const char*>(b.data), b.size);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    last_heard_ = std::chrono::steady_clock::now();
+    last_heard_ = clock_.Now();
   }
   switch (h.opcode) {
     case Opcode::kHeartbeat:

@@ -47,16 +47,15 @@ void ClusterClient::Rejoin(Status reason) {
   pthread_setname_np(pthread_self(), "bps-rejoin");
   BYTEPS_LOG(Warning, "lost the connection to the scheduler at {}:{}: {}; reconnecting (BYTEPS_RECONNECT_TIMEOUT={:g} s)",
              options_.root_uri, options_.root_port, reason.message(), options_.reconnect_timeout_s);
-  using Clock = std::chrono::steady_clock;
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(options_.reconnect_timeout_s));
+  using SteadyClock = std::chrono::steady_clock;
+  auto deadline = SteadyClock::now() + Seconds(options_.reconnect_timeout_s);
   Status last = reason;
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_ || terminated_ || !failure_.ok()) break;
     }
-    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    double left = std::chrono::duration<double>(deadline - SteadyClock::now()).count();
     if (left <= 0) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -93,7 +92,7 @@ Status ClusterClient::TryRejoin(double timeout_s) {
     conn_ = c;
     rejoined_ = false;
     refusal_.clear();
-    last_heard_ = std::chrono::steady_clock::now();
+    last_heard_ = clock_.Now();
   }
   Header h;
   h.opcode = Opcode::kRegister;
@@ -131,21 +130,28 @@ Status ClusterClient::TryRejoin(double timeout_s) {
 
 void ClusterClient::HeartbeatLoop() {
   pthread_setname_np(pthread_self(), "bps-heartbeat");
+  const Clock::Duration interval = Seconds(options_.heartbeat_interval_s);
   std::unique_lock<std::mutex> lock(mu_);
+  Clock::TimePoint next = clock_.Now() + interval;
   while (!stopping_ && !terminated_) {
-    cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_interval_s));
-    if (stopping_ || terminated_) break;
+    // One reading of the clock an iteration: what is checked and what is waited for agree.
+    const Clock::TimePoint now = clock_.Now();
+    if (now < next) {
+      clock_.WaitUntil(cv_, lock, next);
+      continue;
+    }
+    next = now + interval;
     auto conn = conn_;
     // A scheduler we have not heard from (not even its heartbeat echo) for the heartbeat timeout
     // is unreachable although TCP has not noticed (e.g. the link is down): drop the connection,
     // which starts a rejoin that either gets through or fails this node naming the cause.
-    double silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard_).count();
+    double silent = std::chrono::duration<double>(now - last_heard_).count();
     bool deaf = options_.heartbeat_timeout_s > 0 && !rejoining_ && silent > options_.heartbeat_timeout_s;
     lock.unlock();
     if (deaf) {
       conn->Close(Unavailable(fmt::format("no frame from the scheduler for {:.1f} s (PS_HEARTBEAT_TIMEOUT)", silent)));
       lock.lock();
-      last_heard_ = std::chrono::steady_clock::now();
+      last_heard_ = clock_.Now();
       continue;
     }
     Header h;

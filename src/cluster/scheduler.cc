@@ -8,28 +8,34 @@ namespace byteps::cluster {
 
 using protocol::Header;
 using protocol::Opcode;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr uint64_t kMaxControlPayload = 1 << 20;  // control frames are small; refuse floods
 }  // namespace
 
 StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(const SchedulerOptions& options) {
-  std::unique_ptr<Scheduler> s(new Scheduler(options));
+  transport::TransportOptions to = options.transport;
+  to.name = "sched";
+  return Start(options, transport::CreateTcpTransport(to));
+}
+
+StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(const SchedulerOptions& options,
+                                                      std::unique_ptr<transport::Transport> transport) {
+  std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(transport)));
   auto port = s->transport_->Listen(options.host, options.port, s.get());
   if (!port.ok()) return port.status().WithContext("scheduler");
   s->port_ = port.value();
-  s->start_time_ = Clock::now();
+  s->start_time_ = s->clock_.Now();
   s->watchdog_ = std::thread([p = s.get()] { p->Watchdog(); });
   BYTEPS_LOG(Info, "scheduler listening on {}:{} for {} workers and {} servers", options.host,
              s->port_, options.num_workers, options.num_servers);
   return s;
 }
 
-Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
-  options_.transport.name = "sched";
-  transport_ = transport::CreateTcpTransport(options_.transport);
-}
+Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<transport::Transport> transport)
+    : options_(options),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Steady()),
+      transport_(std::move(transport)) {}
 
 Scheduler::~Scheduler() {
   Stop(Aborted("scheduler destroyed"));
@@ -76,7 +82,7 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
       refuse = true;
     } else {
       Node& node = it->second;
-      node.last_seen = Clock::now();
+      node.last_seen = clock_.Now();
       if (h.opcode == Opcode::kHeartbeat) {
         Header echo;  // lets the node notice a scheduler it can no longer hear (link down)
         echo.opcode = Opcode::kHeartbeat;

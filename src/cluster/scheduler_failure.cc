@@ -13,12 +13,9 @@ namespace byteps::cluster {
 
 using protocol::Header;
 using protocol::Opcode;
-using Clock = std::chrono::steady_clock;
-
 namespace {
-Clock::time_point Deadline(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
+// How often the watchdog looks at heartbeats and rejoin deadlines.
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(250);
 }  // namespace
 
 void Scheduler::FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out) {
@@ -67,7 +64,7 @@ void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
       BYTEPS_LOG(Warning, "lost the connection to {}{}: {}; it has {:g} s to {} (BYTEPS_RECONNECT_TIMEOUT)",
                  protocol::Describe(node.info), when, reason.message(), options_.reconnect_timeout_s,
                  rendezvous_done_ ? "rejoin" : "register again");
-      lost_.push_back({node, reason.message(), Deadline(options_.reconnect_timeout_s)});
+      lost_.push_back({node, reason.message(), clock_.Now() + Seconds(options_.reconnect_timeout_s)});
       return;
     }
     FailJobLocked(Unavailable(fmt::format("{} died{}: connection lost ({})", protocol::Describe(node.info), when,
@@ -80,50 +77,54 @@ void Scheduler::OnClose(transport::Connection& c, const Status& reason) {
 void Scheduler::Watchdog() {
   pthread_setname_np(pthread_self(), "sched-watchdog");
   std::unique_lock<std::mutex> lock(mu_);
-  auto start_deadline = start_time_ + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(options_.start_timeout_s));
+  const Clock::TimePoint start_deadline = start_time_ + Seconds(options_.start_timeout_s);
   while (!job_over_) {
-    auto next = Clock::now() + std::chrono::milliseconds(250);
-    if (!rendezvous_done_) next = std::min(next, start_deadline);
-    cv_.wait_until(lock, next);
-    if (job_over_) break;
+    // One reading of the clock a pass: the checks and the wait after them agree on the time.
+    const Clock::TimePoint now = clock_.Now();
     Outbox out;
-    auto now = Clock::now();
-    if (!rendezvous_done_ && now >= start_deadline) {
-      FailJobLocked(DeadlineExceeded(fmt::format("rendezvous did not complete within {:.0f} s "
-                                                 "(BYTEPS_START_TIMEOUT): {}",
-                                                 options_.start_timeout_s, MissingLocked())),
-                    nullptr, &out);
-    } else if (!lost_.empty() && now >= std::min_element(lost_.begin(), lost_.end(), [](auto& a, auto& b) {
-                                            return a.deadline < b.deadline;
-                                          })->deadline) {
-      auto it = std::min_element(lost_.begin(), lost_.end(), [](auto& a, auto& b) { return a.deadline < b.deadline; });
-      protocol::NodeInfo info = it->node.info;
-      bool finished = it->node.finished;
-      std::string why = it->reason;
-      lost_.erase(it);
-      if (!finished)  // a finished worker that went away early is no failure
-        FailJobLocked(Unavailable(fmt::format("{} died{}: connection lost ({}) and not re-established within {:g} s "
-                                              "(BYTEPS_RECONNECT_TIMEOUT)",
-                                              protocol::Describe(info), rendezvous_done_ ? "" : " before the job started",
-                                              why, options_.reconnect_timeout_s)),
-                      &info, &out);
-    } else if (rendezvous_done_ && options_.heartbeat_timeout_s > 0) {
-      for (auto& [ptr, n] : nodes_) {
-        double silent = std::chrono::duration<double>(now - n.last_seen).count();
-        if (!n.finished && silent > options_.heartbeat_timeout_s) {
-          protocol::NodeInfo info = n.info;
-          FailJobLocked(Unavailable(fmt::format("{} died: no heartbeat for {:.1f} s (PS_HEARTBEAT_TIMEOUT)",
-                                                protocol::Describe(info), silent)),
-                        &info, &out);
-          break;
-        }
-      }
-    }
+    CheckDeadlinesLocked(now, &out);
     if (!out.empty()) {
       lock.unlock();
       Flush(&out);
       lock.lock();
+      continue;
+    }
+    Clock::TimePoint next = now + kWatchdogPeriod;
+    if (!rendezvous_done_) next = std::min(next, start_deadline);
+    clock_.WaitUntil(cv_, lock, next);
+  }
+}
+
+void Scheduler::CheckDeadlinesLocked(Clock::TimePoint now, Outbox* out) {
+  const Clock::TimePoint start_deadline = start_time_ + Seconds(options_.start_timeout_s);
+  auto earliest = [](const LostNode& a, const LostNode& b) { return a.deadline < b.deadline; };
+  if (!rendezvous_done_ && now >= start_deadline) {
+    FailJobLocked(DeadlineExceeded(fmt::format("rendezvous did not complete within {:.0f} s "
+                                               "(BYTEPS_START_TIMEOUT): {}",
+                                               options_.start_timeout_s, MissingLocked())),
+                  nullptr, out);
+  } else if (auto it = std::min_element(lost_.begin(), lost_.end(), earliest);
+             it != lost_.end() && now >= it->deadline) {
+    protocol::NodeInfo info = it->node.info;
+    bool finished = it->node.finished;
+    std::string why = it->reason;
+    lost_.erase(it);
+    if (!finished)  // a finished worker that went away early is no failure
+      FailJobLocked(Unavailable(fmt::format("{} died{}: connection lost ({}) and not re-established within {:g} s "
+                                            "(BYTEPS_RECONNECT_TIMEOUT)",
+                                            protocol::Describe(info), rendezvous_done_ ? "" : " before the job started",
+                                            why, options_.reconnect_timeout_s)),
+                    &info, out);
+  } else if (rendezvous_done_ && options_.heartbeat_timeout_s > 0) {
+    for (auto& [ptr, n] : nodes_) {
+      double silent = std::chrono::duration<double>(now - n.last_seen).count();
+      if (!n.finished && silent > options_.heartbeat_timeout_s) {
+        protocol::NodeInfo info = n.info;
+        FailJobLocked(Unavailable(fmt::format("{} died: no heartbeat for {:.1f} s (PS_HEARTBEAT_TIMEOUT)",
+                                              protocol::Describe(info), silent)),
+                      &info, out);
+        break;
+      }
     }
   }
 }

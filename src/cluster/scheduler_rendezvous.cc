@@ -12,7 +12,6 @@ namespace byteps::cluster {
 
 using protocol::Header;
 using protocol::Opcode;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 std::string JoinInts(const std::vector<int>& v) {
@@ -107,7 +106,8 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
   n.info.host = r.host;
   n.info.port = r.port;
   n.info.pid = r.pid;
-  n.last_seen = Clock::now();
+  n.arrival = next_arrival_++;
+  n.last_seen = clock_.Now();
   nodes_[&c] = n;
   c.set_peer_name(fmt::format("{} pid {} at {}", r.role, r.pid, c.peer_name()));
   BYTEPS_LOG(Info, "registered {} (pid {}, {}:{}); {} of {} nodes", r.role, r.pid, r.host, r.port,
@@ -154,7 +154,7 @@ void Scheduler::HandleRejoin(transport::Connection& c, const protocol::RegisterR
     return;
   }
   node->conn = conn;
-  node->last_seen = Clock::now();
+  node->last_seen = clock_.Now();
   nodes_[&c] = *node;
   c.set_peer_name(protocol::Describe(node->info));
   reply.rank = node->info.rank;
@@ -166,10 +166,10 @@ void Scheduler::HandleRejoin(transport::Connection& c, const protocol::RegisterR
 void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   if (nodes_.size() != static_cast<size_t>(options_.num_workers + options_.num_servers)) return;
   // Ranks: requested ones first, then the free ranks in registration order (map order is by
-  // pointer, so sort by arrival time for determinism).
+  // pointer, so sort by arrival for determinism).
   std::vector<Node*> order;
   for (auto& [_, n] : nodes_) order.push_back(&n);
-  std::stable_sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->last_seen < b->last_seen; });
+  std::sort(order.begin(), order.end(), [](Node* a, Node* b) { return a->arrival < b->arrival; });
   for (const char* role : {"worker", "server"}) {
     int limit = std::string(role) == "worker" ? options_.num_workers : options_.num_servers;
     std::vector<bool> used(limit, false);
@@ -205,7 +205,7 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   rendezvous_done_ = true;
   // Nodes start heart-beating once the rendezvous is complete: the silence clock starts now, not
   // at registration (an early node may wait far longer than PS_HEARTBEAT_TIMEOUT for the last).
-  const auto now = Clock::now();
+  const auto now = clock_.Now();
   for (Node* n : order) n->last_seen = now;
   lost_.clear();  // nodes that left during registration and were replaced
   BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);

@@ -187,6 +187,30 @@ TEST_F(SchedulerTest, RefusesDuplicateRanksWrongSizesAndUnknownRoles) {
   EXPECT_FALSE(Reply(garbage).error.empty());
 }
 
+// A node whose registration is sent again on a new connection before the scheduler saw the old
+// one close (a reset on the way) holds one slot, not two, and gets its rank on the new connection.
+TEST_F(SchedulerTest, RegisteringAgainReplacesTheStaleRegistration) {
+  Start(2, 0);
+  auto node = [&](const std::string& instance) {  // every node in this process: one pid
+    RegisterRequest r = Request("worker", -1, 4242);
+    r.instance = instance;
+    return r;
+  };
+  Conn stale = Register(node("node-a"));
+  Conn again = Register(node("node-a"));  // the same node again, its old connection still open
+  Conn other = Register(node("node-b"));  // another node of the same process
+  RegisterReply mine = Reply(again), theirs = Reply(other);
+  EXPECT_EQ(mine.error, "");
+  EXPECT_EQ(theirs.error, "");
+  EXPECT_EQ(mine.nodes.size(), 2u);
+  EXPECT_NE(mine.rank, theirs.rank) << "node-a holds both worker slots";
+  EXPECT_TRUE(stale->TakeSent().empty()) << "the stale connection was answered";
+  stale->Close(Unavailable("reset"));  // seen closing at last: ignored, the job goes on
+  ASSERT_TRUE(again->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  Expect(again, Opcode::kHeartbeat);
+  EXPECT_TRUE(other->TakeSent().empty());
+}
+
 TEST_F(SchedulerTest, FramesBeforeRegisteringCloseTheConnection) {
   Start(1, 1);
   Conn c = transport_->Accept("stranger");

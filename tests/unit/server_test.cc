@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "protocol/control.h"
 #include "protocol/error_frame.h"
 #include "tests/support/fake_transport.h"
 #include "tests/support/typed_values.h"

@@ -1,5 +1,8 @@
 // In-process cluster: a scheduler, k servers and n worker engines as threads of one process on
 // ephemeral loopback ports. Real sockets, real protocol; only the process boundary is missing.
+// Every role is configured the way the product configures it (the *OptionsFor adapters).
+// Threading: used from the test's thread; StartWorkers and ShutdownAll run each node's blocking
+// call on a thread of its own, and servers join the job on theirs.
 #pragma once
 
 #include <memory>

@@ -234,6 +234,9 @@ TEST(ClusterFaultTest, DataConnectionResetsKeepSumsExact) {
   o.num_servers = 2;
   o.partition_bytes = 64 * 1024;  // many partitions in flight when the resets hit
   o.relay_data = true;
+  // Drops of one connection that follow each other within BYTEPS_RECONNECT_TIMEOUT are one outage,
+  // which must end within it: the resets below span six rounds, several seconds under sanitizers.
+  o.reconnect_timeout_s = 30;
   ClusterHarness h(o);
   ASSERT_TRUE(h.StartWorkers().ok());
   // Worker 0 resets a server's connections right after enqueueing each of the first six rounds,

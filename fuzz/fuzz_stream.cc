@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/little_endian.h"
 #include "common/logging.h"
 #include "protocol/auth.h"
 #include "protocol/frame.h"
@@ -81,11 +82,6 @@ uint32_t Crc32c(const uint8_t* p, size_t n) {
   return ~c;
 }
 
-uint32_t Le32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
-}
-
 // A frame as a connection with `checksum` puts it on the wire.
 Bytes WireFrame(Header h, const Bytes& payload, bool checksum) {
   h.payload_len = payload.size();
@@ -94,8 +90,8 @@ Bytes WireFrame(Header h, const Bytes& payload, bool checksum) {
   protocol::EncodeHeader(h, out.data());
   out.insert(out.end(), payload.begin(), payload.end());
   if (checksum) {
-    uint32_t crc = Crc32c(payload.data(), payload.size());
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+    out.resize(out.size() + protocol::kTrailerSize);
+    StoreLe32(out.data() + out.size() - protocol::kTrailerSize, Crc32c(payload.data(), payload.size()));
   }
   return out;
 }
@@ -174,7 +170,7 @@ Expected ReferenceParse(const Config& cfg, const protocol::AuthNonce& conn_nonce
     pos += len;
     if (has_trailer) {
       if (size - pos < protocol::kTrailerSize) return e;
-      if (Le32(data + pos) != Crc32c(payload.data(), payload.size())) return fail();
+      if (LoadLe32(data + pos) != Crc32c(payload.data(), payload.size())) return fail();
       pos += protocol::kTrailerSize;
     }
     if (internal) {

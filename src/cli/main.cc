@@ -3,13 +3,17 @@
 //   byteps info                 print the effective configuration
 //   byteps bench [...]          push-pull sweep as a worker of the job (see bench_cmd.h)
 #include <CLI/CLI.hpp>
-#include <cstdio>
 #include <fmt/format.h>
+
+#include <cstdio>
+#include <limits>
+#include <string>
 
 #include "cli/bench_cmd.h"
 #include "cluster/role_main.h"
 #include "common/logging.h"
 #include "config/config.h"
+#include "config/parse.h"
 #include "server/role_main.h"
 
 namespace {
@@ -33,6 +37,17 @@ int Fail(const byteps::Status& st, const char* what) {
   return 1;
 }
 
+// A size flag of `byteps bench`, read like every byte-size setting (config::ParseBytes).
+bool ParseSizeFlag(const char* flag, const std::string& text, size_t* out) {
+  auto p = byteps::config::ParseBytes(text, 1, std::numeric_limits<size_t>::max());
+  if (!p.value) {
+    fmt::print(stderr, "byteps bench: {}='{}': expected {}\n", flag, text, p.expected);
+    return false;
+  }
+  *out = static_cast<size_t>(*p.value);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -44,7 +59,7 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "push-pull benchmark (run as every worker of a job, e.g. via bpsrun)");
   byteps::cli::BenchOptions bo;
   std::string min_b = "4", max_b = "256M", tb = "4096";
-  bench->add_option("--min-bytes", min_b, "smallest size (K/M/G suffixes)");
+  bench->add_option("--min-bytes", min_b, "smallest size (bytes; K/M/G suffixes, powers of 1024)");
   bench->add_option("--max-bytes", max_b, "largest size");
   bench->add_option("--step-factor", bo.step_factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
   bench->add_option("--iters", bo.iters, "timed iterations per size (0 = adaptive)");
@@ -56,16 +71,6 @@ int main(int argc, char** argv) {
   bench->add_flag("--raw-tcp", bo.raw_tcp, "measure a plain loopback TCP stream (no job needed)");
   bench->add_option("--raw-seconds", bo.raw_seconds, "duration of --raw-tcp");
   CLI11_PARSE(app, argc, argv);
-
-  auto parse_bytes = [](const std::string& s, size_t* out) {
-    char* end = nullptr;
-    double v = std::strtod(s.c_str(), &end);
-    std::string suf = end ? end : "";
-    size_t mul = suf.empty() ? 1 : suf == "K" ? 1024 : suf == "M" ? (1u << 20) : suf == "G" ? (1u << 30) : 0;
-    if (mul == 0 || v <= 0) return false;
-    *out = static_cast<size_t>(v * mul);
-    return true;
-  };
 
   if (*sched) {
     auto c = LoadFor(Role::kScheduler, "scheduler");
@@ -87,9 +92,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*bench) {
-    if (!parse_bytes(min_b, &bo.min_bytes) || !parse_bytes(max_b, &bo.max_bytes) ||
-        !parse_bytes(tb, &bo.tensor_bytes)) {
-      fmt::print(stderr, "byteps bench: sizes are positive numbers with an optional K/M/G suffix\n");
+    if (!ParseSizeFlag("--min-bytes", min_b, &bo.min_bytes) || !ParseSizeFlag("--max-bytes", max_b, &bo.max_bytes) ||
+        !ParseSizeFlag("--tensor-bytes", tb, &bo.tensor_bytes)) {
       return 2;
     }
     if (bo.raw_tcp) return byteps::cli::RunBench({}, bo);

@@ -26,7 +26,12 @@ std::string NewInstanceToken() {
 
 ClusterClient::ClusterClient(transport::Transport& transport, const ClientOptions& options,
                              FailureCallback on_failure)
-    : transport_(&transport), options_(options), on_failure_(std::move(on_failure)), instance_(NewInstanceToken()) {}
+    : transport_(&transport),
+      options_(options),
+      clock_(options.clock != nullptr ? *options.clock : Clock::Steady()),
+      on_failure_(std::move(on_failure)),
+      instance_(NewInstanceToken()),
+      last_heard_(clock_.Now()) {}
 
 protocol::RegisterRequest ClusterClient::MakeRegisterRequest(bool rejoin) const {
   protocol::RegisterRequest req;
@@ -127,17 +132,10 @@ ClusterClient::~ClusterClient() {
   if (auto c = Conn()) c->Close(Aborted("cluster client closed"));
 }
 
-std::vector<protocol::NodeInfo> ClusterClient::servers() const {
+std::vector<protocol::NodeInfo> ClusterClient::NodesOf(const std::string& role) const {
   std::vector<protocol::NodeInfo> out;
   for (const auto& n : nodes_)
-    if (n.role == "server") out.push_back(n);
-  return out;
-}
-
-std::vector<protocol::NodeInfo> ClusterClient::workers() const {
-  std::vector<protocol::NodeInfo> out;
-  for (const auto& n : nodes_)
-    if (n.role == "worker") out.push_back(n);
+    if (n.role == role) out.push_back(n);
   return out;
 }
 
@@ -156,16 +154,27 @@ Status ClusterClient::WaitFor(const std::function<bool()>& done, double timeout_
   return Status::Ok();
 }
 
-Status ClusterClient::Barrier(uint64_t id, bool all_nodes) {
+Header ClusterClient::BarrierHeader(uint64_t id, bool all_nodes) {
   Header h;
   h.opcode = Opcode::kBarrier;
   h.key = id;
   h.flags = all_nodes ? 1 : 0;
+  return h;
+}
+
+Header ClusterClient::FinishHeader(uint32_t arg) {
+  Header h;
+  h.opcode = Opcode::kFinish;
+  h.arg = arg;
+  return h;
+}
+
+Status ClusterClient::Barrier(uint64_t id, bool all_nodes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_barriers_[id] = all_nodes;
   }
-  (void)Conn()->SendCopy(h, "");  // if the connection dropped, the rejoin asks again
+  (void)Conn()->SendCopy(BarrierHeader(id, all_nodes), "");  // if the connection dropped, the rejoin asks again
   return WaitFor([&] { return released_barriers_.count(id) > 0; }, options_.op_timeout_s,
                  fmt::format("barrier {}", id));
 }
@@ -175,9 +184,7 @@ Status ClusterClient::Finish(const Status& local_failure) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return failure_;
   }
-  Header h;
-  h.opcode = Opcode::kFinish;
-  h.arg = local_failure.ok() ? 0 : 1;
+  Header h = FinishHeader(local_failure.ok() ? 0 : 1);
   {
     std::lock_guard<std::mutex> lock(mu_);
     finish_sent_ = true;
@@ -221,7 +228,7 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
   std::string payload(reinterpret_cast<const char*>(b.data), b.size);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    last_heard_ = std::chrono::steady_clock::now();
+    last_heard_ = clock_.Now();
   }
   switch (h.opcode) {
     case Opcode::kHeartbeat:
@@ -269,159 +276,6 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
     }
     default:
       BYTEPS_LOG(Warning, "unexpected {} from the scheduler; ignored", protocol::OpcodeName(h.opcode));
-  }
-}
-
-void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
-  std::thread previous;
-  bool started = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (terminated_ || stopping_ || !failure_.ok() || &c != conn_.get()) return;  // expected or stale
-    if (rejoining_) return;  // a rejoin attempt's connection dropped: the rejoin thread goes on
-    // Before the rendezvous there is nothing to rejoin (registration itself has a deadline), and
-    // a connection this process closed itself (Aborted: its transport is shutting down) stays closed.
-    if (registered_ && options_.reconnect_timeout_s > 0 && reason.code() != StatusCode::kAborted) {
-      rejoining_ = true;
-      previous = std::move(rejoin_);  // finished (rejoining_ was false); joined below, unlocked
-      rejoin_ = std::thread([this, reason] { Rejoin(reason); });
-      started = true;
-    }
-  }
-  if (previous.joinable()) previous.join();
-  if (started) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!registered_ && refusal_.empty()) {  // Join is waiting: it registers again on a new connection
-      join_lost_ = Unavailable(reason.message());
-      cv_.notify_all();
-      return;
-    }
-  }
-  Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}", options_.root_uri,
-                               options_.root_port, reason.message())));
-}
-
-void ClusterClient::Rejoin(Status reason) {
-  pthread_setname_np(pthread_self(), "bps-rejoin");
-  BYTEPS_LOG(Warning, "lost the connection to the scheduler at {}:{}: {}; reconnecting (BYTEPS_RECONNECT_TIMEOUT={:g} s)",
-             options_.root_uri, options_.root_port, reason.message(), options_.reconnect_timeout_s);
-  using Clock = std::chrono::steady_clock;
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(options_.reconnect_timeout_s));
-  Status last = reason;
-  for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_ || terminated_ || !failure_.ok()) break;
-    }
-    double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        rejoining_ = false;
-      }
-      Fail(Unavailable(fmt::format("lost the connection to the scheduler at {}:{}: {}; could not reconnect "
-                                   "within {:g} s (BYTEPS_RECONNECT_TIMEOUT): {}",
-                                   options_.root_uri, options_.root_port, reason.message(),
-                                   options_.reconnect_timeout_s, last.message())));
-      return;
-    }
-    last = TryRejoin(std::min(left, 1.0));  // short attempts: a shutdown must not wait long
-    std::unique_lock<std::mutex> lock(mu_);
-    // OnClose ignores the current connection while rejoining_ is set, so a close right after the
-    // reply must be seen here, under the same lock, or nobody would notice it.
-    if (last.ok() && !conn_->closed()) {
-      rejoining_ = false;
-      return;
-    }
-    if (last.ok()) last = Unavailable("the new connection dropped right after the rejoin");
-    cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stopping_; });
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  rejoining_ = false;
-}
-
-Status ClusterClient::TryRejoin(double timeout_s) {
-  auto conn = transport_->Connect(options_.root_uri, options_.root_port, this, timeout_s);
-  if (!conn.ok()) return conn.status();
-  auto c = conn.value();
-  c->set_peer_name(fmt::format("scheduler ({}:{})", options_.root_uri, options_.root_port));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    conn_ = c;
-    rejoined_ = false;
-    refusal_.clear();
-    last_heard_ = std::chrono::steady_clock::now();
-  }
-  Header h;
-  h.opcode = Opcode::kRegister;
-  if (Status st = c->SendCopy(h, protocol::Encode(MakeRegisterRequest(true))); !st.ok()) {
-    c->Close(st);
-    return st;
-  }
-  std::unique_lock<std::mutex> lock(mu_);
-  bool answered = cv_.wait_for(lock, std::chrono::duration<double>(std::max(timeout_s, 1.0)), [&] {
-    return rejoined_ || terminated_ || !refusal_.empty() || c->closed() || stopping_;
-  });
-  if (terminated_ || stopping_) return Status::Ok();
-  if (!refusal_.empty()) {
-    std::string why = refusal_;
-    lock.unlock();
-    Fail(Aborted("the scheduler refused this " + options_.role + "'s rejoin: " + why));
-    return Status::Ok();
-  }
-  if (!answered || !rejoined_) {
-    lock.unlock();
-    c->Close(Unavailable("no answer to the rejoin"));  // nothing may keep calling into us later
-    return Unavailable(answered ? "the new connection dropped" : "no answer to the rejoin");
-  }
-  // Repeat what the scheduler may have missed while we were away.
-  std::vector<std::pair<uint64_t, bool>> barriers(pending_barriers_.begin(), pending_barriers_.end());
-  bool finish = finish_sent_;
-  uint32_t arg = finish_arg_;
-  std::string message = finish_message_;
-  lock.unlock();
-  for (auto& [id, all] : barriers) {
-    Header b;
-    b.opcode = Opcode::kBarrier;
-    b.key = id;
-    b.flags = all ? 1 : 0;
-    (void)c->SendCopy(b, "");
-  }
-  if (finish) {
-    Header f;
-    f.opcode = Opcode::kFinish;
-    f.arg = arg;
-    (void)c->SendCopy(f, message);
-  }
-  BYTEPS_LOG(Warning, "rejoined the job through the scheduler at {}:{}", options_.root_uri, options_.root_port);
-  return Status::Ok();
-}
-
-void ClusterClient::HeartbeatLoop() {
-  pthread_setname_np(pthread_self(), "bps-heartbeat");
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_ && !terminated_) {
-    cv_.wait_for(lock, std::chrono::duration<double>(options_.heartbeat_interval_s));
-    if (stopping_ || terminated_) break;
-    auto conn = conn_;
-    // A scheduler we have not heard from (not even its heartbeat echo) for the heartbeat timeout
-    // is unreachable although TCP has not noticed (e.g. the link is down): drop the connection,
-    // which starts a rejoin that either gets through or fails this node naming the cause.
-    double silent = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard_).count();
-    bool deaf = options_.heartbeat_timeout_s > 0 && !rejoining_ && silent > options_.heartbeat_timeout_s;
-    lock.unlock();
-    if (deaf) {
-      conn->Close(Unavailable(fmt::format("no frame from the scheduler for {:.1f} s (PS_HEARTBEAT_TIMEOUT)", silent)));
-      lock.lock();
-      last_heard_ = std::chrono::steady_clock::now();
-      continue;
-    }
-    Header h;
-    h.opcode = Opcode::kHeartbeat;
-    (void)conn->SendCopy(h, "");
-    lock.lock();
   }
 }
 

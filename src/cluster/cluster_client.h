@@ -2,7 +2,10 @@
 // and the address table, sends heartbeats, takes part in barriers, and hears about failures and
 // the end of the job.
 // Threading: public methods are thread-safe. on_failure runs on a transport I/O thread (must not
-// block). A heartbeat thread runs while connected.
+// block). A heartbeat thread ("bps-heartbeat") runs while connected; a rejoin thread ("bps-rejoin")
+// while a dropped scheduler connection is re-established. One mutex guards all state.
+// Seam for tests: ClientOptions::clock drives the heartbeat (its interval and the scheduler's
+// silence), so a test advances fake time instead of sleeping; the other deadlines are real time.
 #pragma once
 
 #include <chrono>
@@ -16,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "protocol/control.h"
 #include "transport/transport.h"
 
@@ -35,6 +39,8 @@ struct ClientOptions {
   double heartbeat_timeout_s = 15;  // the scheduler silent this long: the connection is dead
   double op_timeout_s = 300;        // barrier / finish deadline
   double reconnect_timeout_s = 5;   // a dropped scheduler connection is re-established within this
+  const Clock* clock = nullptr;     // heartbeat clock; nullptr: Clock::Steady(); else borrowed,
+                                    // outlives the client
 };
 
 class ClusterClient : public transport::Handler {
@@ -51,8 +57,8 @@ class ClusterClient : public transport::Handler {
 
   int rank() const { return rank_; }
   const std::vector<protocol::NodeInfo>& nodes() const { return nodes_; }
-  std::vector<protocol::NodeInfo> servers() const;
-  std::vector<protocol::NodeInfo> workers() const;
+  std::vector<protocol::NodeInfo> servers() const { return NodesOf("server"); }
+  std::vector<protocol::NodeInfo> workers() const { return NodesOf("worker"); }
 
   // Blocks until every worker (all_nodes=false) or every node entered barrier `id`.
   Status Barrier(uint64_t id, bool all_nodes);
@@ -72,6 +78,9 @@ class ClusterClient : public transport::Handler {
  private:
   ClusterClient(transport::Transport& transport, const ClientOptions& options, FailureCallback on_failure);
   protocol::RegisterRequest MakeRegisterRequest(bool rejoin) const;
+  std::vector<protocol::NodeInfo> NodesOf(const std::string& role) const;
+  static protocol::Header BarrierHeader(uint64_t id, bool all_nodes);
+  static protocol::Header FinishHeader(uint32_t arg);
   std::shared_ptr<transport::Connection> Conn() const;
   void Fail(const Status& st);
   void HeartbeatLoop();
@@ -84,6 +93,7 @@ class ClusterClient : public transport::Handler {
 
   transport::Transport* const transport_;
   ClientOptions options_;
+  const Clock& clock_;
   FailureCallback on_failure_;
   const std::string instance_;  // RegisterRequest.instance: random, the same on every registration
   std::shared_ptr<transport::Connection> conn_;  // guarded by mu_ (replaced on rejoin)
@@ -105,7 +115,7 @@ class ClusterClient : public transport::Handler {
   std::string finish_message_;
   bool rejoining_ = false;
   Status join_lost_;  // the connection dropped while Join waited for the RegisterReply
-  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();  // any frame
+  Clock::TimePoint last_heard_;  // any frame from the scheduler (clock_)
   bool rejoined_ = false;                        // RegisterReply for the current rejoin arrived
   std::thread heartbeat_;
   std::thread rejoin_;

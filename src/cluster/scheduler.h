@@ -8,7 +8,10 @@
 // (connection lost or heartbeat silent) before finishing is announced to all (NodeFailed), the job
 // is terminated with failure, and Wait() returns an error naming it.
 // Threading: Start/Wait/Stop from the owning thread; handler callbacks on transport I/O threads;
-// a watchdog thread enforces the start deadline and heartbeats.
+// a watchdog thread ("sched-watchdog") enforces the start, heartbeat and rejoin deadlines. One
+// mutex guards all state; frames go out after it is released.
+// Seams for tests: Start over any Transport (e.g. an in-memory one), and SchedulerOptions::clock
+// (the watchdog reads and waits on it, so a test advances fake time instead of sleeping).
 #pragma once
 
 #include <chrono>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "protocol/control.h"
 #include "transport/transport.h"
 
@@ -35,11 +39,16 @@ struct SchedulerOptions {
   double heartbeat_timeout_s = 15;  // 0 = heartbeats not checked
   double reconnect_timeout_s = 5;   // a node whose connection dropped may rejoin within this
   transport::TransportOptions transport;
+  const Clock* clock = nullptr;     // nullptr: Clock::Steady(); else borrowed, outlives the scheduler
 };
 
 class Scheduler : public transport::Handler {
  public:
+  // Listens on options.host:port over TCP (options.transport).
   static StatusOr<std::unique_ptr<Scheduler>> Start(const SchedulerOptions& options);
+  // The same over `transport` (owned; options.transport is then unused).
+  static StatusOr<std::unique_ptr<Scheduler>> Start(const SchedulerOptions& options,
+                                                    std::unique_ptr<transport::Transport> transport);
   ~Scheduler() override;
 
   int port() const { return port_; }
@@ -59,29 +68,36 @@ class Scheduler : public transport::Handler {
     std::shared_ptr<transport::Connection> conn;
     protocol::RegisterRequest req;
     protocol::NodeInfo info;  // rank filled at rendezvous
-    std::chrono::steady_clock::time_point last_seen;
+    uint64_t arrival = 0;     // registration order: free ranks go by it
+    Clock::TimePoint last_seen;
     bool finished = false;
   };
   using Outbox = std::vector<std::pair<std::shared_ptr<transport::Connection>, std::pair<protocol::Header, std::string>>>;
 
-  explicit Scheduler(const SchedulerOptions& options);
+  Scheduler(const SchedulerOptions& options, std::unique_ptr<transport::Transport> transport);
   void HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out);
   // A registered node whose connection dropped reconnects (RegisterRequest.rejoin).
   void HandleRejoin(transport::Connection& c, const protocol::RegisterRequest& r, Outbox* out);
+  void HandleBarrierLocked(transport::Connection& c, const Node& node, const protocol::Header& h, Outbox* out);
+  void HandleFinishLocked(Node& node, const protocol::Header& h, const std::string& payload, Outbox* out);
   void MaybeCompleteRendezvousLocked(Outbox* out);
   void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
   void TerminateLocked(uint64_t code, Outbox* out);
   std::string MissingLocked() const;
   void Watchdog();
+  // One pass of the watchdog at time `now`: the start deadline, rejoin deadlines, heartbeats.
+  void CheckDeadlinesLocked(Clock::TimePoint now, Outbox* out);
   static void Flush(Outbox* out);
 
   SchedulerOptions options_;
+  const Clock& clock_;
   std::unique_ptr<transport::Transport> transport_;
   int port_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<transport::Connection*, Node> nodes_;  // registered nodes
+  uint64_t next_arrival_ = 0;
   bool rendezvous_done_ = false;
   bool job_over_ = false;
   Status result_;
@@ -94,10 +110,10 @@ class Scheduler : public transport::Handler {
   struct LostNode {
     Node node;
     std::string reason;
-    std::chrono::steady_clock::time_point deadline;
+    Clock::TimePoint deadline;
   };
   std::vector<LostNode> lost_;
-  std::chrono::steady_clock::time_point start_time_;
+  Clock::TimePoint start_time_;
   std::thread watchdog_;
 };
 

@@ -1,4 +1,4 @@
-// Typed configuration of a byteps process. The registry (registry.cc) is the only reader of the
+// Typed configuration of a byteps process. Load (load.cc) is the only reader of the
 // environment in the whole code base; components receive these structs and never call getenv, so
 // tests build configs directly. Threading: plain values.
 #pragma once

@@ -22,44 +22,103 @@ StatusOr<json> Parse(const std::string& payload, const char* what) {
   return j;
 }
 
-// Typed field readers: a missing or mistyped field is a protocol error naming it.
-Status GetString(const json& j, const char* field, std::string* out, const char* what) {
-  auto it = j.find(field);
-  if (it == j.end() || !it->is_string()) {
-    return ProtocolError(fmt::format("{}: field '{}' missing or not a string", what, field));
-  }
-  *out = it->get<std::string>();
-  return Status::Ok();
-}
+// Reads the fields of one JSON object into a message. The first missing or mistyped field is the
+// error (a protocol error naming the message and the field); the reads after it do nothing.
+class Fields {
+ public:
+  Fields(const json& j, const char* what) : j_(j), what_(what) {}
+  const Status& status() const { return status_; }
 
-template <typename T>
-Status GetInt(const json& j, const char* field, T* out, const char* what) {
-  auto it = j.find(field);
-  if (it == j.end() || !it->is_number_integer()) {
-    return ProtocolError(fmt::format("{}: field '{}' missing or not an integer", what, field));
+  Fields& String(const char* field, std::string* out) {
+    if (const json* v = Find(field, &json::is_string, "missing or not a string")) *out = v->get<std::string>();
+    return *this;
   }
-  // get<T>() would silently wrap (e.g. "bytes": -1 -> 2^64-1), so check the range first.
-  const bool fits = it->is_number_unsigned() ? std::in_range<T>(it->get<uint64_t>())
-                                             : std::in_range<T>(it->get<int64_t>());
-  if (!fits) {
-    return ProtocolError(fmt::format("{}: field '{}' is out of range: {}", what, field, Dump(*it)));
+
+  template <typename T>
+  Fields& Int(const char* field, T* out) {
+    const json* v = Find(field, &json::is_number_integer, "missing or not an integer");
+    if (v == nullptr) return *this;
+    // get<T>() would silently wrap (e.g. "bytes": -1 -> 2^64-1), so check the range first.
+    const bool fits = v->is_number_unsigned() ? std::in_range<T>(v->get<uint64_t>())
+                                              : std::in_range<T>(v->get<int64_t>());
+    if (!fits) return Error(fmt::format("field '{}' is out of range: {}", field, Dump(*v)));
+    *out = v->get<T>();
+    return *this;
   }
-  *out = it->get<T>();
-  return Status::Ok();
+
+  // Optional fields: absent leaves *out as it is.
+  Fields& OptionalBool(const char* field, bool* out) {
+    if (!ok() || !j_.contains(field)) return *this;
+    if (const json* v = Find(field, &json::is_boolean, "is not a boolean")) *out = v->get<bool>();
+    return *this;
+  }
+  Fields& OptionalString(const char* field, std::string* out) {
+    if (!ok() || !j_.contains(field)) return *this;
+    if (const json* v = Find(field, &json::is_string, "is not a string")) *out = v->get<std::string>();
+    return *this;
+  }
+
+  // A NodeInfo object, and an array of them.
+  Fields& Node(const char* field, NodeInfo* out) {
+    if (!ok()) return *this;
+    auto it = j_.find(field);
+    if (it == j_.end()) return Error(fmt::format("field '{}' missing", field));
+    status_ = ReadNode(*it, out);
+    return *this;
+  }
+  Fields& Nodes(const char* field, std::vector<NodeInfo>* out) {
+    if (!ok()) return *this;
+    auto it = j_.find(field);
+    if (it == j_.end() || !it->is_array()) return Error(fmt::format("field '{}' missing", field));
+    for (const auto& e : *it) {
+      NodeInfo n;
+      status_ = ReadNode(e, &n);
+      if (!ok()) break;
+      out->push_back(std::move(n));
+    }
+    return *this;
+  }
+
+ private:
+  bool ok() const { return status_.ok(); }
+  Fields& Error(const std::string& m) {
+    status_ = ProtocolError(fmt::format("{}: {}", what_, m));
+    return *this;
+  }
+  // The field if it is there with the right type; else records "field '<f>' <problem>".
+  const json* Find(const char* field, bool (json::*type_ok)() const noexcept, const char* problem) {
+    if (!ok()) return nullptr;
+    auto it = j_.find(field);
+    if (it == j_.end() || !((*it).*type_ok)()) {
+      Error(fmt::format("field '{}' {}", field, problem));
+      return nullptr;
+    }
+    return &*it;
+  }
+  static Status ReadNode(const json& j, NodeInfo* n) {
+    if (!j.is_object()) return ProtocolError("node entry is not an object");
+    return Fields(j, "node").String("role", &n->role).Int("rank", &n->rank).String("host", &n->host)
+        .Int("port", &n->port).Int("pid", &n->pid).status();
+  }
+
+  const json& j_;
+  const char* what_;
+  Status status_;
+};
+
+// Parses `payload` as the JSON object of message `what` and reads it into a T with `read`.
+template <typename T, typename Read>
+StatusOr<T> Decode(const std::string& payload, const char* what, Read read) {
+  BYTEPS_ASSIGN_OR_RETURN(json j, Parse(payload, what));
+  T m;
+  Fields f(j, what);
+  read(f, m);
+  if (!f.status().ok()) return f.status();
+  return m;
 }
 
 json ToJson(const NodeInfo& n) {
   return json{{"role", n.role}, {"rank", n.rank}, {"host", n.host}, {"port", n.port}, {"pid", n.pid}};
-}
-
-Status FromJson(const json& j, NodeInfo* n) {
-  if (!j.is_object()) return ProtocolError("node entry is not an object");
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "role", &n->role, "node"));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "rank", &n->rank, "node"));
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "host", &n->host, "node"));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "port", &n->port, "node"));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "pid", &n->pid, "node"));
-  return Status::Ok();
 }
 
 }  // namespace
@@ -92,64 +151,31 @@ std::string Encode(const KeyInit& m) {
 }
 
 StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
-  const char* what = "Register";
-  BYTEPS_ASSIGN_OR_RETURN(json j, Parse(payload, what));
-  RegisterRequest m;
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "role", &m.role, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "requested_rank", &m.requested_rank, what));
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "host", &m.host, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "port", &m.port, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "pid", &m.pid, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "num_workers", &m.num_workers, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "num_servers", &m.num_servers, what));
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "job_secret_hash", &m.job_secret_hash, what));
-  if (auto it = j.find("rejoin"); it != j.end()) {  // optional (absent: a first registration)
-    if (!it->is_boolean()) return ProtocolError(fmt::format("{}: field 'rejoin' is not a boolean", what));
-    m.rejoin = it->get<bool>();
-  }
-  if (auto it = j.find("instance"); it != j.end()) {  // optional (absent: unknown)
-    if (!it->is_string()) return ProtocolError(fmt::format("{}: field 'instance' is not a string", what));
-    m.instance = it->get<std::string>();
-  }
-  return m;
+  return Decode<RegisterRequest>(payload, "Register", [](Fields& f, RegisterRequest& m) {
+    f.String("role", &m.role).Int("requested_rank", &m.requested_rank).String("host", &m.host).Int("port", &m.port)
+        .Int("pid", &m.pid).Int("num_workers", &m.num_workers).Int("num_servers", &m.num_servers)
+        .String("job_secret_hash", &m.job_secret_hash)
+        .OptionalBool("rejoin", &m.rejoin)           // absent: a first registration
+        .OptionalString("instance", &m.instance);    // absent: unknown
+  });
 }
 
 StatusOr<RegisterReply> DecodeRegisterReply(const std::string& payload) {
-  const char* what = "RegisterReply";
-  BYTEPS_ASSIGN_OR_RETURN(json j, Parse(payload, what));
-  RegisterReply m;
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "error", &m.error, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "rank", &m.rank, what));
-  auto it = j.find("nodes");
-  if (it == j.end() || !it->is_array()) return ProtocolError("RegisterReply: field 'nodes' missing");
-  for (const auto& e : *it) {
-    NodeInfo n;
-    BYTEPS_RETURN_IF_ERROR(FromJson(e, &n));
-    m.nodes.push_back(std::move(n));
-  }
-  return m;
+  return Decode<RegisterReply>(payload, "RegisterReply", [](Fields& f, RegisterReply& m) {
+    f.String("error", &m.error).Int("rank", &m.rank).Nodes("nodes", &m.nodes);
+  });
 }
 
 StatusOr<NodeFailedNotice> DecodeNodeFailedNotice(const std::string& payload) {
-  const char* what = "NodeFailed";
-  BYTEPS_ASSIGN_OR_RETURN(json j, Parse(payload, what));
-  NodeFailedNotice m;
-  auto it = j.find("node");
-  if (it == j.end()) return ProtocolError("NodeFailed: field 'node' missing");
-  BYTEPS_RETURN_IF_ERROR(FromJson(*it, &m.node));
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "reason", &m.reason, what));
-  return m;
+  return Decode<NodeFailedNotice>(payload, "NodeFailed", [](Fields& f, NodeFailedNotice& m) {
+    f.Node("node", &m.node).String("reason", &m.reason);
+  });
 }
 
 StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
-  const char* what = "InitKey";
-  BYTEPS_ASSIGN_OR_RETURN(json j, Parse(payload, what));
-  KeyInit m;
-  BYTEPS_RETURN_IF_ERROR(GetString(j, "name", &m.name, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "bytes", &m.bytes, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "dtype", &m.dtype, what));
-  BYTEPS_RETURN_IF_ERROR(GetInt(j, "tensor_bytes", &m.tensor_bytes, what));
-  return m;
+  return Decode<KeyInit>(payload, "InitKey", [](Fields& f, KeyInit& m) {
+    f.String("name", &m.name).Int("bytes", &m.bytes).Int("dtype", &m.dtype).Int("tensor_bytes", &m.tensor_bytes);
+  });
 }
 
 }  // namespace byteps::protocol

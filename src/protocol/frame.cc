@@ -5,31 +5,10 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/little_endian.h"
 
 namespace byteps::protocol {
 namespace {
-
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v);
-  p[1] = static_cast<uint8_t>(v >> 8);
-}
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint16_t Get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
 
 // Layout (byte offsets). Keep docs/wire-format.md in step.
 constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffOpcode = 5, kOffDtype = 6, kOffReserved = 7,
@@ -77,27 +56,27 @@ const char* OpcodeName(Opcode op) {
 }
 
 void EncodeHeader(const Header& h, uint8_t* out) {
-  Put32(out + kOffMagic, kMagic);
+  StoreLe32(out + kOffMagic, kMagic);
   out[kOffVersion] = kWireVersion;
   out[kOffOpcode] = static_cast<uint8_t>(h.opcode);
   out[kOffDtype] = h.dtype;
   out[kOffReserved] = 0;
-  Put16(out + kOffFlags, h.flags);
-  Put32(out + kOffSender, h.sender);
-  Put32(out + kOffRound, h.round);
-  Put16(out + kOffPad, 0);
-  Put64(out + kOffKey, h.key);
-  Put64(out + kOffRequest, h.request_id);
-  Put64(out + kOffPayload, h.payload_len);
-  Put32(out + kOffArg, static_cast<uint32_t>(h.arg));
-  if (h.flags & kFlagChecksum) Put16(out + kOffPad, HeaderCrc(out));
+  StoreLe16(out + kOffFlags, h.flags);
+  StoreLe32(out + kOffSender, h.sender);
+  StoreLe32(out + kOffRound, h.round);
+  StoreLe16(out + kOffPad, 0);
+  StoreLe64(out + kOffKey, h.key);
+  StoreLe64(out + kOffRequest, h.request_id);
+  StoreLe64(out + kOffPayload, h.payload_len);
+  StoreLe32(out + kOffArg, static_cast<uint32_t>(h.arg));
+  if (h.flags & kFlagChecksum) StoreLe16(out + kOffPad, HeaderCrc(out));
 }
 
 StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload) {
   if (len < kHeaderSize) {
     return ProtocolError(fmt::format("truncated header: {} of {} bytes", len, kHeaderSize));
   }
-  uint32_t magic = Get32(data + kOffMagic);
+  uint32_t magic = LoadLe32(data + kOffMagic);
   if (magic != kMagic) {
     return ProtocolError(fmt::format("bad magic 0x{:08x} (expected 0x{:08x}): not a byteps peer",
                                      magic, kMagic));
@@ -109,20 +88,20 @@ StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payl
   if (!IsKnownOpcode(data[kOffOpcode])) {
     return ProtocolError(fmt::format("unknown opcode {}", data[kOffOpcode]));
   }
-  if ((Get16(data + kOffFlags) & kFlagChecksum) && Get16(data + kOffPad) != HeaderCrc(data)) {
+  if ((LoadLe16(data + kOffFlags) & kFlagChecksum) && LoadLe16(data + kOffPad) != HeaderCrc(data)) {
     return ProtocolError(fmt::format("corrupt frame header (checksum 0x{:04x}, computed 0x{:04x})",
-                                     Get16(data + kOffPad), HeaderCrc(data)));
+                                     LoadLe16(data + kOffPad), HeaderCrc(data)));
   }
   Header h;
   h.opcode = static_cast<Opcode>(data[kOffOpcode]);
   h.dtype = data[kOffDtype];
-  h.flags = Get16(data + kOffFlags);
-  h.sender = Get32(data + kOffSender);
-  h.round = Get32(data + kOffRound);
-  h.key = Get64(data + kOffKey);
-  h.request_id = Get64(data + kOffRequest);
-  h.payload_len = Get64(data + kOffPayload);
-  h.arg = Get32(data + kOffArg);
+  h.flags = LoadLe16(data + kOffFlags);
+  h.sender = LoadLe32(data + kOffSender);
+  h.round = LoadLe32(data + kOffRound);
+  h.key = LoadLe64(data + kOffKey);
+  h.request_id = LoadLe64(data + kOffRequest);
+  h.payload_len = LoadLe64(data + kOffPayload);
+  h.arg = LoadLe32(data + kOffArg);
   if (h.payload_len > max_payload) {
     return ProtocolError(fmt::format(
         "{} frame with a payload of {} bytes exceeds the limit of {} (BYTEPS_MAX_MESSAGE_BYTES)",

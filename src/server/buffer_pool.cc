@@ -1,16 +1,26 @@
 #include "server/buffer_pool.h"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
-#include <new>
+#include <limits>
 
 namespace byteps::server {
+namespace {
+constexpr size_t kAlign = 64;
+
+void* SystemAllocate(size_t alignment, size_t size) { return std::aligned_alloc(alignment, size); }
+}  // namespace
+
+BufferPool::BufferPool(size_t max_cached_bytes, Allocator allocate)
+    : max_cached_(max_cached_bytes), allocate_(allocate != nullptr ? allocate : &SystemAllocate) {}
 
 BufferPool::~BufferPool() {
   for (auto& [size, v] : free_)
     for (uint8_t* p : v) std::free(p);
 }
 
-std::shared_ptr<uint8_t> BufferPool::Get(size_t size) {
+StatusOr<std::shared_ptr<uint8_t>> BufferPool::Get(size_t size) {
   uint8_t* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -22,9 +32,14 @@ std::shared_ptr<uint8_t> BufferPool::Get(size_t size) {
     }
   }
   if (p == nullptr) {
-    size_t rounded = (size + 63) / 64 * 64;
-    p = static_cast<uint8_t*>(std::aligned_alloc(64, rounded == 0 ? 64 : rounded));
-    if (p == nullptr) throw std::bad_alloc();
+    // aligned_alloc wants a multiple of the alignment; a size that cannot be rounded up to one
+    // cannot be had either.
+    if (size > std::numeric_limits<size_t>::max() - (kAlign - 1)) {
+      return Unavailable(fmt::format("cannot allocate a buffer of {} bytes: too large", size));
+    }
+    size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+    p = static_cast<uint8_t*>(allocate_(kAlign, rounded == 0 ? kAlign : rounded));
+    if (p == nullptr) return Unavailable(fmt::format("cannot allocate a buffer of {} bytes: out of memory", size));
   }
   return std::shared_ptr<uint8_t>(p, [this, size](uint8_t* q) { Put(q, size); });
 }

@@ -4,13 +4,15 @@
 
 #include "common/logging.h"
 #include "protocol/key_layout.h"
+#include "server/buffer_pool.h"
+#include "server/sum_engine.h"
 
 namespace byteps::server {
 
 using protocol::Header;
 using protocol::Opcode;
 
-Server::Server(const ServerOptions& options) : options_(options) {
+Server::Server(const ServerOptions& options) : options_(options), pool_(std::make_unique<BufferPool>()) {
   int n = std::max(1, options_.engine_threads);
   for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers));
   transport_ = transport::CreateTcpTransport(options_.transport);
@@ -51,10 +53,17 @@ StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const
     return ProtocolError(fmt::format("unexpected {} from {}", protocol::OpcodeName(h.opcode), c.peer_name()));
   }
   transport::RecvBuffer b;
+  auto buf = pool_->Get(h.payload_len);
+  if (!buf.ok()) {
+    // That request fails, not the connection or the server: its payload is read and dropped, and
+    // OnFrame hands the failure to the key's shard, which answers with an Error naming the tensor.
+    BYTEPS_LOG(Error, "{} from {}: {}", protocol::DescribeHeader(h), c.peer_name(), buf.status().message());
+    b.discard = true;
+    return b;
+  }
   b.size = h.payload_len;
-  auto buf = pool_.Get(b.size);
-  b.data = buf.get();
-  b.owner = buf;
+  b.data = buf->get();
+  b.owner = std::move(buf.value());
   return b;
 }
 
@@ -100,6 +109,10 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       t.request_id = h.request_id;
       t.dtype = h.dtype;
       t.conn = c.shared_from_this();
+      if (b.discard) {  // OnHeader found no memory for the payload
+        t.failure = Unavailable(fmt::format("the server ({}) cannot allocate {} bytes for it: out of memory",
+                                            c.peer_name(), h.payload_len));
+      }
       t.data = std::static_pointer_cast<uint8_t>(b.owner);
       t.bytes = b.size;
       ShardFor(h.key).Post(std::move(t));

@@ -8,11 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "server/buffer_pool.h"
-#include "server/sum_engine.h"
 #include "transport/transport.h"
 
 namespace byteps::server {
+
+class BufferPool;  // buffer_pool.h and sum_engine.h are private to the server layer
+class SumEngine;
 
 struct ServerOptions {
   int num_workers = 1;
@@ -37,7 +38,7 @@ class Server : public transport::Handler {
   SumEngine& ShardFor(uint64_t key);
 
   ServerOptions options_;
-  BufferPool pool_;
+  std::unique_ptr<BufferPool> pool_;  // outlives the shards, which release its buffers
   std::vector<std::unique_ptr<SumEngine>> shards_;
   std::unique_ptr<transport::Transport> transport_;
 };

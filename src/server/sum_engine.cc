@@ -117,6 +117,14 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
 
 void SumEngine::HandlePush(PushTask& t) {
   auto it = keys_.find(t.key);
+  if (!t.failure.ok()) {
+    const bool named = it != keys_.end() && it->second.initialized;
+    ReplyError(t.conn, t.key, t.request_id,
+               t.failure.WithContext(fmt::format("push of {}key {} round {} from worker {}",
+                                                 named ? fmt::format("tensor '{}' ", it->second.init.name) : "",
+                                                 t.key, t.round, t.worker)));
+    return;
+  }
   if (it == keys_.end() || !it->second.initialized) {
     ReplyError(t.conn, t.key, t.request_id,
                ProtocolError(fmt::format("push for key {} from worker {} before its declaration (InitKey)", t.key,

@@ -30,6 +30,9 @@ struct PushTask {
   std::shared_ptr<transport::Connection> conn;
   std::shared_ptr<uint8_t> data;
   size_t bytes = 0;
+  // Not OK: the payload could not be received (no memory for it); the push fails with this,
+  // named by its tensor, and counts for nothing.
+  Status failure;
 };
 
 struct InitTask {

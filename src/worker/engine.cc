@@ -5,8 +5,15 @@
 
 #include <algorithm>
 
-#include "cluster/role_main.h"
+#include "cluster/cluster_config.h"
 #include "common/logging.h"
+#include "transport/transport_config.h"
+#include "worker/dispatch_loop.h"
+#include "worker/handle_table.h"
+#include "worker/key_assigner.h"
+#include "worker/local_reducer.h"
+#include "worker/pipeline_set.h"
+#include "worker/server_links.h"
 #include "worker/stages/push_pull_stage.h"
 
 namespace byteps::worker {
@@ -25,7 +32,9 @@ std::string JobToken(const config::Config& c) {
 }  // namespace
 
 Engine::Engine(const config::Config& config)
-    : config_(config), assigner_(std::max(1, config.num_servers), config.partition_bytes) {}
+    : config_(config),
+      handles_(std::make_unique<HandleTable>()),
+      assigner_(std::make_unique<KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)) {}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
   if (config.role != config::Role::kWorker) {
@@ -55,7 +64,7 @@ Status Engine::StartLocal() {
   lo.job = JobToken(config_);
   lo.host_id = std::max(0, config_.worker_id);
   lo.start_timeout_s = config_.start_timeout_s;
-  lo.transport = cluster::TransportOptionsFor(config_, "bps-local");
+  lo.transport = transport::TransportOptionsFor(config_, "bps-local");
   auto local = LocalReducer::Start(lo, [this](const Status& st) { FailAll(st); });
   if (!local.ok()) return local.status();
   std::lock_guard<std::mutex> lock(mu_);
@@ -64,7 +73,7 @@ Status Engine::StartLocal() {
 }
 
 Status Engine::Connect() {
-  transport_ = transport::CreateTcpTransport(cluster::TransportOptionsFor(config_, "worker"));
+  transport_ = transport::CreateTcpTransport(transport::TransportOptionsFor(config_, "worker"));
   cluster::ClientOptions co = cluster::ClientOptionsFor(config_, "worker", 0);
   auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
   if (!client.ok()) return client.status();
@@ -89,7 +98,7 @@ void Engine::StartPipeline() {
   Dispatcher::Options d;
   d.credit_bytes = static_cast<size_t>(config_.scheduling_credit) * config_.partition_bytes;
   auto loop = std::make_unique<DispatchLoop>(
-      d, [this](PartitionTask* t, const Status& st) { handles_.PartDone(*t->op, t->part, st); });
+      d, [this](PartitionTask* t, const Status& st) { handles_->PartDone(*t->op, t->part, st); });
   PipelineContext pc;
   pc.loop = loop.get();
   pc.local = local_.get();
@@ -129,7 +138,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   op->pipeline = pipelines_->For(r);
   {
     std::lock_guard<std::mutex> lock(plan_mu_);
-    BYTEPS_ASSIGN_OR_RETURN(op->plan, assigner_.Plan(r.name, r.bytes, r.dtype));
+    BYTEPS_ASSIGN_OR_RETURN(op->plan, assigner_->Plan(r.name, r.bytes, r.dtype));
     op->parts.resize(op->plan->partitions.size());
     for (size_t i = 0; i < op->parts.size(); ++i) {
       const PartitionPlan& pp = op->plan->partitions[i];
@@ -145,18 +154,22 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
       t.dst = static_cast<uint8_t*>(r.output) + pp.range.offset;
     }
   }
-  HandleId id = handles_.Add(op);
+  HandleId id = handles_->Add(op);
   loop_->Submit(std::move(op));
   return id;
 }
 
+StatusOr<bool> Engine::Poll(HandleId h) { return handles_->Poll(h); }
+
+void Engine::Release(HandleId h) { handles_->Release(h); }
+
 Status Engine::Wait(HandleId h, double timeout_s) {
-  return handles_.Wait(h, timeout_s < 0 ? config_.op_timeout_s : timeout_s);
+  return handles_->Wait(h, timeout_s < 0 ? config_.op_timeout_s : timeout_s);
 }
 
 StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
   std::lock_guard<std::mutex> lock(plan_mu_);
-  return assigner_.Declare(name, size);
+  return assigner_->Declare(name, size);
 }
 
 void Engine::FailAll(const Status& st) {
@@ -177,7 +190,7 @@ Status Engine::Shutdown() {
   Status result;
   if (cluster_) {
     // Let in-flight operations finish (bounded), then leave the job together with the others.
-    handles_.WaitIdle(config_.op_timeout_s);
+    handles_->WaitIdle(config_.op_timeout_s);
     if (links_) links_->SetLeaving();
     Status failure;
     {

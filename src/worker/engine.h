@@ -12,25 +12,33 @@
 // ("bps-dispatch"); replies arrive on transport I/O threads; see each part's header.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
 
-#include "cluster/cluster_client.h"
 #include "common/dtype.h"
+#include "common/status.h"
 #include "config/config.h"
-#include "transport/transport.h"
-#include "worker/dispatch_loop.h"
-#include "worker/handle_table.h"
-#include "worker/key_assigner.h"
-#include "worker/local_reducer.h"
-#include "worker/pipeline_set.h"
-#include "worker/server_links.h"
 #include "worker/tensor_request.h"
 
+namespace byteps::cluster {
+class ClusterClient;
+}
+namespace byteps::transport {
+class Transport;
+}
+
 namespace byteps::worker {
+
+class DispatchLoop;
+class HandleTable;
+class KeyAssigner;
+class LocalReducer;
+class PipelineSet;
+class ServerLinks;
 
 class Engine {
  public:
@@ -49,10 +57,10 @@ class Engine {
   StatusOr<uint32_t> Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size = std::nullopt);
   StatusOr<HandleId> Enqueue(const TensorRequest& request);
   // True when finished successfully, false while running; the operation's error once it failed.
-  StatusOr<bool> Poll(HandleId h) { return handles_.Poll(h); }
+  StatusOr<bool> Poll(HandleId h);
   // Waits up to timeout_s (< 0: BYTEPS_TIMEOUT). The operation's error, or DeadlineExceeded.
   Status Wait(HandleId h, double timeout_s = -1);
-  void Release(HandleId h) { handles_.Release(h); }
+  void Release(HandleId h);
   // Waits for outstanding work, tells the scheduler we are done, waits for the job's end.
   Status Shutdown();
 
@@ -70,12 +78,12 @@ class Engine {
   std::unique_ptr<cluster::ClusterClient> cluster_;
   std::unique_ptr<LocalReducer> local_;  // BYTEPS_LOCAL_SIZE > 1
   std::unique_ptr<ServerLinks> links_;   // when this process talks to the servers
-  HandleTable handles_;
+  std::unique_ptr<HandleTable> handles_;
   std::unique_ptr<DispatchLoop> loop_;
   std::unique_ptr<PipelineSet> pipelines_;
 
   std::mutex plan_mu_;
-  KeyAssigner assigner_;      // guarded by plan_mu_
+  std::unique_ptr<KeyAssigner> assigner_;  // guarded by plan_mu_
   uint64_t next_task_ = 1;    // guarded by plan_mu_
 
   mutable std::mutex mu_;

@@ -2,14 +2,15 @@
 
 #include <future>
 
-#include "cluster/role_main.h"
+#include "cluster/cluster_config.h"
+#include "server/server_config.h"
+#include "transport/transport_config.h"
 
 namespace byteps::testing {
 
 ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
-  cluster::SchedulerOptions so = cluster::SchedulerOptionsFor(JobConfig());  // port 0: an ephemeral one
-  so.heartbeat_timeout_s = o.heartbeat_timeout_s;
-  auto s = cluster::Scheduler::Start(so);
+  // JobConfig's root port is 0 until the scheduler listens: it takes an ephemeral one.
+  auto s = cluster::Scheduler::Start(cluster::SchedulerOptionsFor(JobConfig()));
   BYTEPS_CHECK(s.ok());
   scheduler_ = std::move(s.value());
   port_ = scheduler_->port();
@@ -22,16 +23,12 @@ ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
   std::vector<std::future<void>> joins;
   for (int i = 0; i < o.num_servers; ++i) {
     ServerNode& n = servers_[i];
-    server::ServerOptions sopt;
-    sopt.num_workers = o.num_workers;
-    sopt.engine_threads = o.engine_threads;
-    n.server = std::make_unique<server::Server>(sopt);
-    auto port = n.server->Listen("127.0.0.1", 0);
+    const config::Config c = ServerConfig();
+    n.server = std::make_unique<server::Server>(server::ServerOptionsFor(c));
+    auto port = n.server->Listen(cluster::ListenHostFor(c), c.port);
     BYTEPS_CHECK(port.ok());
-    transport::TransportOptions to;
-    to.name = "srv-ctl";
-    n.control = transport::CreateTcpTransport(to);
-    cluster::ClientOptions co = cluster::ClientOptionsFor(JobConfig(), "server", port.value());
+    n.control = transport::CreateTcpTransport(transport::ControlTransportOptionsFor(c, "srv-ctl"));
+    cluster::ClientOptions co = cluster::ClientOptionsFor(c, "server", port.value());
     if (o.relay_data) {
       relays_.push_back(std::make_unique<TcpRelay>(port.value()));
       co.port = relays_.back()->port();  // workers dial the relay
@@ -56,6 +53,14 @@ config::Config ClusterHarness::JobConfig() const {
   c.heartbeat_interval_s = options_.heartbeat_interval_s;
   c.heartbeat_timeout_s = options_.heartbeat_timeout_s;
   c.reconnect_timeout_s = options_.reconnect_timeout_s;
+  return c;
+}
+
+config::Config ClusterHarness::ServerConfig() const {
+  config::Config c = JobConfig();
+  c.role = config::Role::kServer;
+  c.server_engine_threads = options_.engine_threads;
+  c.io_threads = 1;
   return c;
 }
 

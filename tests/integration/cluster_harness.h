@@ -1,5 +1,8 @@
 // In-process cluster: a scheduler, k servers and n worker engines as threads of one process on
 // ephemeral loopback ports. Real sockets, real protocol; only the process boundary is missing.
+// Every role is configured the way the product configures it (the *OptionsFor adapters).
+// Threading: used from the test's thread; StartWorkers and ShutdownAll run each node's blocking
+// call on a thread of its own, and servers join the job on theirs.
 #pragma once
 
 #include <memory>
@@ -44,6 +47,7 @@ class ClusterHarness {
   int num_workers() const { return options_.num_workers; }
   // The job's settings (addresses, sizes, deadlines) as every role of the harness sees them.
   config::Config JobConfig() const;
+  config::Config ServerConfig() const;
   config::Config WorkerConfig(int rank) const;
   // Drops worker i without a clean shutdown (as if its process died).
   void KillWorker(int i);

@@ -44,8 +44,13 @@ TcpRelay::~TcpRelay() {
   (void)!::write(wake_[1], "x", 1);
   acceptor_.join();
   ResetAll();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& p : pairs_) p->thread.join();
+  // Joined without mu_: a forwarder takes it on its way out.
+  std::vector<std::unique_ptr<Pair>> pairs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs.swap(pairs_);
+  }
+  for (auto& p : pairs) p->thread.join();
   ::close(listen_fd_);
   ::close(wake_[0]);
   ::close(wake_[1]);
@@ -71,6 +76,11 @@ void TcpRelay::AcceptLoop() {
     if (refuse_) {
       Abort(a);
       ::close(a);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++refused_;
+      }
+      cv_.notify_all();
       continue;
     }
     int b = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -85,10 +95,34 @@ void TcpRelay::AcceptLoop() {
     p->a = a;
     p->b = b;
     Pair* raw = p.get();
-    std::lock_guard<std::mutex> lock(mu_);
-    p->thread = std::thread([this, raw] { Forward(raw); });
-    pairs_.push_back(std::move(p));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      p->thread = std::thread([this, raw] { Forward(raw); });
+      pairs_.push_back(std::move(p));
+      ++accepted_;
+    }
+    cv_.notify_all();
   }
+}
+
+int TcpRelay::accepted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_;
+}
+
+int TcpRelay::refused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_;
+}
+
+bool TcpRelay::WaitAccepted(int n, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return accepted_ >= n; });
+}
+
+bool TcpRelay::WaitRefused(int n, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return refused_ >= n; });
 }
 
 void TcpRelay::Forward(Pair* p) {

@@ -1,9 +1,13 @@
 // A loopback TCP relay for fault tests: forwards every accepted connection to an upstream port,
-// and can reset all current connections (RST both ways) or refuse new ones on demand. One thread
-// accepts, one thread per connection pair forwards (blocking I/O with poll).
+// and can reset all current connections (RST both ways) or refuse new ones on demand. Tests order
+// themselves by its counters (connections relayed, connections refused), waiting with a deadline.
+// Threading: public methods are thread-safe. One thread accepts, one thread per connection pair
+// forwards (blocking I/O with poll).
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -24,6 +28,12 @@ class TcpRelay {
   // While on, new connections are accepted and reset at once (the upstream looks dead).
   void Refuse(bool on) { refuse_ = on; }
   int resets() const { return resets_; }
+  // Connections relayed / refused so far.
+  int accepted() const;
+  int refused() const;
+  // Wait (up to `timeout`) until at least n connections were relayed / refused; false if not.
+  bool WaitAccepted(int n, std::chrono::milliseconds timeout);
+  bool WaitRefused(int n, std::chrono::milliseconds timeout);
 
  private:
   struct Pair {
@@ -40,8 +50,11 @@ class TcpRelay {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stop_{false}, refuse_{false};
   std::atomic<int> resets_{0};
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                // accepted_ or refused_ grew
   std::vector<std::unique_ptr<Pair>> pairs_;  // guarded by mu_
+  int accepted_ = 0;                          // guarded by mu_
+  int refused_ = 0;                           // guarded by mu_
   std::thread acceptor_;
 };
 

@@ -206,9 +206,9 @@ TEST(FrameTest, RandomBuffersDecodeSafely) {
 // ---- control payloads ------------------------------------------------------------------------
 
 TEST(ControlTest, RegisterRequestRoundTrip) {
-  RegisterRequest m{"server", 3, "10.0.0.7", 4242, 77, 8, 2, "abc"};
-  m.rejoin = true;
-  m.instance = "9f86d081884c7d65";
+  RegisterRequest m{.role = "server", .requested_rank = 3, .host = "10.0.0.7", .port = 4242, .pid = 77,
+                    .num_workers = 8, .num_servers = 2, .job_secret_hash = "abc", .rejoin = true,
+                    .instance = "9f86d081884c7d65"};
   auto d = DecodeRegisterRequest(Encode(m));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_TRUE(d->rejoin);
@@ -222,8 +222,10 @@ TEST(ControlTest, RegisterRequestRoundTrip) {
   EXPECT_EQ(d->num_servers, 2);
   EXPECT_EQ(d->job_secret_hash, "abc");
 
-  RegisterRequest ext{"worker", -1, "", 0, std::numeric_limits<int>::max(), std::numeric_limits<int>::min(), 0,
-                      "quote\" backslash\\ unicode \xc3\xa9"};
+  RegisterRequest ext{.role = "worker", .requested_rank = -1, .host = "", .port = 0,
+                      .pid = std::numeric_limits<int>::max(), .num_workers = std::numeric_limits<int>::min(),
+                      .num_servers = 0, .job_secret_hash = "quote\" backslash\\ unicode \xc3\xa9",
+                      .rejoin = false, .instance = ""};
   d = DecodeRegisterRequest(Encode(ext));
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   EXPECT_EQ(d->requested_rank, -1);
@@ -308,7 +310,8 @@ TEST(ControlTest, MissingOrMistypedFieldsAreNamed) {
   ExpectProtocolError(DecodeKeyInit(R"({"name":"t","bytes":4,"dtype":4294967296,"tensor_bytes":8})").status(),
                       "'dtype'");
 
-  RegisterRequest req{"worker", 0, "h", 1, 2, 3, 4, ""};
+  RegisterRequest req{.role = "worker", .requested_rank = 0, .host = "h", .port = 1, .pid = 2, .num_workers = 3,
+                      .num_servers = 4, .job_secret_hash = "", .rejoin = false, .instance = ""};
   std::string enc = Encode(req);
   for (const char* field : {"role", "requested_rank", "host", "port", "pid", "num_workers", "num_servers",
                             "job_secret_hash"}) {

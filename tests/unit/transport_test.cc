@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <numeric>
 #include <mutex>
 #include <random>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "common/little_endian.h"
 #include "protocol/auth.h"
 
 namespace byteps::transport {
@@ -306,31 +308,54 @@ TEST_P(TransportTest, PeerCloseReportedOnceAndSendAfterCloseFails) {
   EXPECT_TRUE(sent_.done().empty());  // a refused Send never calls on_done
 }
 
-// A handler whose OnClose takes a while: Close from another thread while the I/O thread is
-// still inside that OnClose must wait for it (callers destroy the handler right after Close).
-class SlowCloseHandler : public Handler {
+// A handler whose OnClose blocks until the test releases it: Close from another thread while the
+// I/O thread is still inside that OnClose must wait for it (callers destroy the handler right
+// after Close).
+class BlockingCloseHandler : public Handler {
  public:
   StatusOr<RecvBuffer> OnHeader(Connection&, const Header&) override { return RecvBuffer{}; }
   void OnFrame(Connection&, const Header&, RecvBuffer) override {}
   void OnClose(Connection&, const Status&) override {
-    entered.store(true);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    finished.store(true);
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait_for(lock, kWait, [&] { return released_; });
+    finished_ = true;
   }
-  std::atomic<bool> entered{false}, finished{false};
+  bool WaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, kWait, [&] { return entered_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool finished() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, released_ = false, finished_ = false;
 };
 
 TEST_P(TransportTest, CloseWaitsForAnOnCloseAlreadyRunning) {
-  SlowCloseHandler slow;
+  BlockingCloseHandler slow;
   auto conn = client_->Connect("127.0.0.1", port_, &slow, 5.0);
   ASSERT_TRUE(conn.ok()) << conn.status().ToString();
   server_->Shutdown();  // the peer goes away: the client's I/O thread runs slow.OnClose
-  for (auto deadline = Clock::now() + kWait; !slow.entered.load() && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(slow.entered.load()) << "the peer's shutdown was not noticed";
-  conn.value()->Close(Aborted("done"));
-  EXPECT_TRUE(slow.finished.load()) << "Close returned while OnClose was still running";
+  ASSERT_TRUE(slow.WaitEntered()) << "the peer's shutdown was not noticed";
+  auto closing = std::async(std::launch::async, [&] {
+    conn.value()->Close(Aborted("done"));
+    return slow.finished();  // what the caller of Close sees once it returned
+  });
+  EXPECT_EQ(closing.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "Close returned while OnClose was still running";
+  slow.Release();
+  EXPECT_TRUE(closing.get()) << "Close returned while OnClose was still running";
   conn.value()->Close(Aborted("again"));  // after the close has completed: returns at once
 }
 
@@ -658,7 +683,8 @@ void SendChecksummed(RawSocket& raw, const std::string& payload, bool break_head
   if (break_header) out[18] ^= 1;
   out.insert(out.end(), payload.begin(), payload.end());
   uint32_t crc = Crc32c(0, payload.data(), payload.size()) ^ (break_trailer ? 1u : 0u);
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(crc >> (8 * i)));
+  out.resize(out.size() + protocol::kTrailerSize);
+  StoreLe32(out.data() + out.size() - protocol::kTrailerSize, crc);
   ASSERT_EQ(::send(raw.fd, out.data(), out.size(), MSG_NOSIGNAL), static_cast<ssize_t>(out.size()));
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/crc32c.h"
+#include "common/little_endian.h"
 #include "common/logging.h"
 #include "common/tsan.h"
 
@@ -23,22 +24,7 @@ constexpr size_t kDirectRecvBytes = 32 * 1024;
 constexpr size_t kReadBudget = 32u << 20;
 constexpr int kMaxIov = 512;  // < IOV_MAX (1024)
 
-// Largest payload accepted before the peer authenticated (the auth frames are 32 bytes).
-constexpr uint64_t kPreAuthMaxPayload = 64;
-
 std::string Errno(int e) { return fmt::format("{} (errno {})", std::strerror(e), e); }
-
-bool IsAuthOpcode(protocol::Opcode op) {
-  return op == protocol::Opcode::kAuthChallenge || op == protocol::Opcode::kAuthResponse;
-}
-
-void PutLe32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t GetLe32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
-         (static_cast<uint32_t>(p[3]) << 24);
-}
 
 }  // namespace
 
@@ -52,21 +38,9 @@ TcpConnection::TcpConnection(int fd, EventLoop* loop, Handler* handler, Connecti
 TcpConnection::~TcpConnection() { ::close(fd_); }
 
 bool TcpConnection::Start() {
-  if (!options_.secret.empty()) {
-    auto nonce = protocol::NewAuthNonce();
-    if (!nonce.ok()) {
-      BYTEPS_LOG(Error, "connection to {}: {}", peer_name(), nonce.status().message());
-      return false;
-    }
-    own_nonce_ = nonce.value();
-    // The challenge goes out before the socket is registered, so it precedes anything the loop
-    // thread may send (e.g. the answer to the peer's challenge).
-    protocol::Header h;
-    h.opcode = protocol::Opcode::kAuthChallenge;
-    h.payload_len = own_nonce_.size();
-    std::string nonce_bytes(reinterpret_cast<const char*>(own_nonce_.data()), own_nonce_.size());
-    if (!SendCopy(h, nonce_bytes).ok()) return false;
-  }
+  // The challenge goes out before the socket is registered, so it precedes anything the loop
+  // thread may send (e.g. the answer to the peer's challenge).
+  if (!options_.secret.empty() && !SendChallenge()) return false;
   auto self = this->self();
   {
     std::lock_guard<std::mutex> lock(send_mu_);
@@ -80,30 +54,6 @@ bool TcpConnection::Start() {
   // caller learns the reason from WaitAuthenticated.)
   if (closed_.load()) loop_->RunSync([self] { self->loop_->Remove(self->fd_); });
   return true;
-}
-
-Status TcpConnection::WaitAuthenticated(double timeout_s) {
-  std::unique_lock<std::mutex> lock(auth_mu_);
-  bool done = auth_cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                                [&] { return authenticated_.load() || closed_.load(); });
-  if (authenticated_.load()) return Status::Ok();
-  if (!done) {
-    return DeadlineExceeded(fmt::format("{} did not complete authentication within {:.1f} s", peer_name(),
-                                        timeout_s));
-  }
-  Status reason;
-  {
-    std::lock_guard<std::mutex> send_lock(send_mu_);
-    reason = close_reason_;
-  }
-  if (reason.code() == StatusCode::kProtocol) return reason;  // says what was wrong itself
-  // A peer that rejects our proof hangs up right after it arrives; a close before our proof went
-  // out is the network's doing.
-  return Status(reason.code(), reason.message() + (peer_challenged_.load()
-                                                       ? " (after this process sent its proof: does the peer use the "
-                                                         "same BYTEPS_JOB_SECRET?)"
-                                                       : " (before the handshake got that far: a network problem, not "
-                                                         "the secret)"));
 }
 
 std::string TcpConnection::peer_name() const {
@@ -148,7 +98,7 @@ Status TcpConnection::Send(const protocol::Header& header, const std::vector<iov
       if (options_.checksum) crc = Crc32c(crc, v.iov_base, v.iov_len);
     }
     if (options_.checksum) {
-      PutLe32(e.trailer, crc);
+      StoreLe32(e.trailer, crc);
       e.iov.push_back({e.trailer, protocol::kTrailerSize});
       e.remaining += protocol::kTrailerSize;
     }
@@ -284,7 +234,7 @@ Status TcpConnection::ParseStaged() {
     const uint8_t* at = stage_.data() + stage_begin_;
     if (in_trailer_) {
       if (avail < protocol::kTrailerSize) break;
-      uint32_t sent = GetLe32(at);
+      uint32_t sent = LoadLe32(at);
       stage_begin_ += protocol::kTrailerSize;
       in_trailer_ = false;
       if (sent != crc_) {
@@ -297,12 +247,7 @@ Status TcpConnection::ParseStaged() {
       const bool authenticated = authenticated_.load();
       auto h = protocol::DecodeHeader(at, avail, authenticated ? options_.max_payload : UINT64_MAX);
       if (!h.ok()) return h.status().WithContext(fmt::format("frame from {}", peer_name()));
-      if (!authenticated && h->payload_len > kPreAuthMaxPayload) {  // checked before anything is allocated
-        return ProtocolError(fmt::format("frame from {}: {} with a payload of {} bytes before the connection is "
-                                         "authenticated (at most {} bytes are accepted before that)",
-                                         peer_name(), protocol::OpcodeName(h->opcode), h->payload_len,
-                                         kPreAuthMaxPayload));
-      }
+      BYTEPS_RETURN_IF_ERROR(CheckSizeBeforeAuth(h.value()));  // checked before anything is allocated
       cur_ = h.value();
       stage_begin_ += protocol::kHeaderSize;
       BYTEPS_RETURN_IF_ERROR(OnFrameHeader());
@@ -370,66 +315,6 @@ Status TcpConnection::DeliverFrame() {
   if (internal_frame_) return HandleAuthFrame(b.data, b.discard ? 0 : cur_.payload_len);
   delivered_ = true;
   handler_->OnFrame(*this, cur_, std::move(b));
-  return Status::Ok();
-}
-
-Status TcpConnection::CheckBeforeAuth(const protocol::Header& h) const {
-  const bool auth_frame = IsAuthOpcode(h.opcode);
-  if (options_.secret.empty()) {
-    // Only reached for authentication frames: the peer has a secret, we do not.
-    return ProtocolError(fmt::format("{} requires authentication, but BYTEPS_JOB_SECRET is not set here (give "
-                                     "every process of the job the same secret)",
-                                     peer_name()));
-  }
-  if (!auth_frame) {
-    return ProtocolError(fmt::format("{} sent {} before authenticating: it has no BYTEPS_JOB_SECRET or a "
-                                     "different one",
-                                     peer_name(), protocol::OpcodeName(h.opcode)));
-  }
-  if (authenticated_.load()) {
-    return ProtocolError(fmt::format("unexpected {} from {}: the connection is already authenticated",
-                                     protocol::OpcodeName(h.opcode), peer_name()));
-  }
-  if (h.opcode == protocol::Opcode::kAuthChallenge && peer_challenged_) {
-    return ProtocolError(fmt::format("{} sent a second AuthChallenge", peer_name()));
-  }
-  if (h.opcode == protocol::Opcode::kAuthResponse && !peer_challenged_) {
-    return ProtocolError(fmt::format("{} sent AuthResponse before its AuthChallenge", peer_name()));
-  }
-  const uint64_t want = h.opcode == protocol::Opcode::kAuthChallenge ? protocol::kAuthNonceBytes
-                                                                      : protocol::kAuthProofBytes;
-  if (h.payload_len != want) {
-    return ProtocolError(fmt::format("{} from {} has {} bytes (expected {})", protocol::OpcodeName(h.opcode),
-                                     peer_name(), h.payload_len, want));
-  }
-  return Status::Ok();
-}
-
-Status TcpConnection::HandleAuthFrame(const uint8_t* payload, size_t len) {
-  using protocol::AuthRole;
-  const AuthRole mine = options_.accepted ? AuthRole::kAcceptor : AuthRole::kConnector;
-  const AuthRole theirs = options_.accepted ? AuthRole::kConnector : AuthRole::kAcceptor;
-  if (cur_.opcode == protocol::Opcode::kAuthChallenge) {
-    std::memcpy(peer_nonce_.data(), payload, std::min(len, peer_nonce_.size()));
-    peer_challenged_ = true;
-    protocol::AuthProof proof = protocol::MakeAuthProof(options_.secret, mine, peer_nonce_, own_nonce_);
-    protocol::Header h;
-    h.opcode = protocol::Opcode::kAuthResponse;
-    h.payload_len = proof.size();
-    return SendCopy(h, std::string(reinterpret_cast<const char*>(proof.data()), proof.size()));
-  }
-  protocol::AuthProof expected = protocol::MakeAuthProof(options_.secret, theirs, own_nonce_, peer_nonce_);
-  if (!protocol::AuthProofMatches(expected, payload, len)) {
-    return ProtocolError(fmt::format("{} failed authentication: its proof does not match this job's "
-                                     "BYTEPS_JOB_SECRET",
-                                     peer_name()));
-  }
-  {
-    std::lock_guard<std::mutex> lock(auth_mu_);
-    authenticated_ = true;
-  }
-  auth_cv_.notify_all();
-  BYTEPS_LOG(Debug, "{} authenticated", peer_name());
   return Status::Ok();
 }
 

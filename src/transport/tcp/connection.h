@@ -2,8 +2,8 @@
 // from the caller's iovecs (header bytes are copied into the queue entry); receives land in a
 // staging buffer for headers and small payloads, and straight into the destination buffer for
 // large ones.
-// With a secret the connection first authenticates (protocol/auth.h): frames reach the Handler
-// only after the peer's proof verified. With checksums every frame carries CRC-32C (frame.h).
+// With a secret the connection first authenticates (protocol/auth.h; connection_auth.cc): frames
+// reach the Handler only after the peer's proof verified. With checksums every frame carries CRC-32C (frame.h).
 // Threading: Send/Close from any thread (a mutex guards the send queue and the socket's write
 // side); reads and handler callbacks run on the loop thread only.
 #pragma once
@@ -75,8 +75,12 @@ class TcpConnection : public Connection {
   Status OnFrameHeader();       // cur_ decoded: choose where its payload goes
   Status PayloadComplete();     // all of cur_'s payload is in: verify the trailer or deliver
   Status DeliverFrame();
-  // Authentication frames and what may arrive before authentication.
+  // Authentication (connection_auth.cc): our challenge, what may arrive before the peer proved
+  // itself (kinds, then sizes: checked before anything is allocated), and its frames.
+  static bool IsAuthOpcode(protocol::Opcode op);
+  bool SendChallenge();
   Status CheckBeforeAuth(const protocol::Header& h) const;
+  Status CheckSizeBeforeAuth(const protocol::Header& h) const;
   Status HandleAuthFrame(const uint8_t* payload, size_t len);
   void CloseOnLoop(const Status& reason);
   std::shared_ptr<TcpConnection> self() {

@@ -1,0 +1,41 @@
+#include "cluster/cluster_config.h"
+
+#include "cluster/host_address.h"
+#include "transport/transport_config.h"
+
+namespace byteps::cluster {
+
+ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role, int port) {
+  ClientOptions co;
+  co.role = role;
+  co.requested_rank = role == "worker" ? c.worker_id : -1;
+  co.host = AdvertisedHost(c.node_host, c.interface, c.root_uri);
+  co.port = c.advertise_port > 0 ? c.advertise_port : port;  // e.g. behind a proxy or NAT
+  co.root_uri = c.root_uri;
+  co.root_port = c.root_port;
+  co.num_workers = c.num_workers;
+  co.num_servers = c.num_servers;
+  co.start_timeout_s = c.start_timeout_s;
+  co.heartbeat_interval_s = c.heartbeat_interval_s;
+  co.heartbeat_timeout_s = c.heartbeat_timeout_s;
+  co.op_timeout_s = c.op_timeout_s;
+  co.reconnect_timeout_s = c.reconnect_timeout_s;
+  return co;
+}
+
+SchedulerOptions SchedulerOptionsFor(const config::Config& c) {
+  SchedulerOptions o;
+  o.host = ListenHostFor(c);
+  o.port = c.root_port;
+  o.num_workers = c.num_workers;
+  o.num_servers = c.num_servers;
+  o.start_timeout_s = c.start_timeout_s;
+  o.heartbeat_timeout_s = c.heartbeat_interval_s > 0 ? c.heartbeat_timeout_s : 0;
+  o.reconnect_timeout_s = c.reconnect_timeout_s;
+  o.transport = transport::ControlTransportOptionsFor(c, "sched");
+  return o;
+}
+
+std::string ListenHostFor(const config::Config& c) { return c.node_host.empty() ? "0.0.0.0" : c.node_host; }
+
+}  // namespace byteps::cluster

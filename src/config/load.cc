@@ -1,0 +1,195 @@
+// Builds typed configs from the environment: Load (every bad variable reported at once, unknown
+// names with a "did you mean"), the cross-field Validate, and the views of the settings table
+// (Settings, Describe). The table itself is registry.cc.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string_view>
+
+#include "config/config.h"
+#include "config/parse.h"
+#include "config/registry.h"
+
+// POSIX. Declared here (and read only in ProcessEnvironment) because this file is the one place
+// in the code base that looks at the environment.
+extern char** environ;
+
+namespace byteps::config {
+namespace {
+
+// Room for the frame header and metadata in a message that carries one whole partition.
+constexpr size_t kMessageOverhead = 4096;
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+// Only these prefixes are ours to reject: a misspelled BYTEPS_/DMLC_ name would otherwise be
+// silently dropped. PS_* is shared with other ps-lite builds' knobs, so unknown PS_ names pass.
+bool IsOurPrefix(std::string_view name) {
+  return StartsWith(name, "BYTEPS_") || StartsWith(name, "DMLC_");
+}
+
+std::string UnknownMessage(std::string_view name) {
+  const Entry* best = nullptr;
+  size_t best_distance = 0;
+  for (const Entry& e : Registry()) {
+    const size_t d = EditDistance(name, e.name);
+    if (best == nullptr || d < best_distance) {
+      best = &e;
+      best_distance = d;
+    }
+  }
+  if (best != nullptr && best_distance <= 3)
+    return fmt::format("unknown setting {} (did you mean {}?)", name, best->name);
+  return fmt::format("unknown setting {}", name);
+}
+
+// Empty values count as unset: launchers often export NAME= to mean "not given".
+const std::string* Lookup(const Environment& env, std::string_view name) {
+  auto it = env.find(std::string(name));
+  if (it == env.end() || it->second.empty()) return nullptr;
+  return &it->second;
+}
+
+std::string ShowValue(const Entry& e, const Config& c, const Environment& env) {
+  const std::string* raw = Lookup(env, e.name);
+  if (e.secret) return raw ? "***" : "";
+  if (e.show != nullptr) return e.show(c);
+  return raw ? *raw : e.fallback;
+}
+
+// ps-lite's PS_VERBOSE predates BYTEPS_LOG_LEVEL; it can only make logging chattier, never quieter.
+void ApplyVerbose(Config& c) {
+  // The quietest level this PS_VERBOSE allows (lower Level values log more).
+  const log::Level quietest = c.ps_verbose >= 2   ? log::Level::kDebug
+                              : c.ps_verbose == 1 ? log::Level::kInfo
+                                                  : log::Level::kFatal;
+  if (static_cast<int>(quietest) < static_cast<int>(c.log_level)) c.log_level = quietest;
+}
+
+}  // namespace
+
+const char* RoleName(Role r) {
+  switch (r) {
+    case Role::kWorker: return "worker";
+    case Role::kServer: return "server";
+    case Role::kScheduler: return "scheduler";
+  }
+  return "?";
+}
+
+Environment ProcessEnvironment() {
+  Environment env;
+  for (char** p = ::environ; p != nullptr && *p != nullptr; ++p) {
+    const std::string_view kv(*p);
+    const size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    const std::string_view name = kv.substr(0, eq);
+    if (!IsOurPrefix(name) && !StartsWith(name, "PS_")) continue;
+    env.emplace(std::string(name), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+const std::vector<SettingInfo>& Settings() {
+  static const std::vector<SettingInfo> settings = [] {
+    std::vector<SettingInfo> out;
+    const Config defaults;
+    for (const Entry& e : Registry()) {
+      std::string def;
+      if (e.show != nullptr) def = e.show(defaults);
+      else def = e.fallback;
+      out.push_back({e.name, e.type, def, e.help});
+    }
+    return out;
+  }();
+  return settings;
+}
+
+StatusOr<Config> Load(const Environment& env) {
+  // Report every bad variable at once: fixing a launch script one error per run is tedious.
+  std::vector<std::string> errors;
+  Config c;
+  for (const Entry& e : Registry()) {
+    const std::string* value = Lookup(env, e.name);
+    if (value == nullptr || IsIgnored(e)) continue;
+    Status s = e.set(Arg{e.name, *value}, c);
+    if (!s.ok()) errors.push_back(s.message());
+  }
+  for (const auto& [name, value] : env) {
+    if (value.empty() || !IsOurPrefix(name) || FindEntry(name) != nullptr) continue;
+    errors.push_back(UnknownMessage(name));
+  }
+  if (!errors.empty()) {
+    std::string joined;
+    for (const std::string& m : errors) joined += (joined.empty() ? "" : "; ") + m;
+    return InvalidArgument(joined);
+  }
+  ApplyVerbose(c);
+  BYTEPS_RETURN_IF_ERROR(Validate(c));
+  return c;
+}
+
+Status Validate(const Config& c) {
+  if (c.distributed() || c.role != Role::kWorker) {
+    if (c.root_port <= 0)
+      return InvalidArgument(
+          "DMLC_PS_ROOT_PORT is not set: a distributed job needs the scheduler's port");
+    if (c.num_servers < 1)
+      return InvalidArgument(fmt::format(
+          "DMLC_NUM_SERVER={}: a distributed job needs at least one server", c.num_servers));
+    if (c.worker_id >= 0 && c.worker_id >= c.num_workers)
+      return InvalidArgument(fmt::format("DMLC_WORKER_ID={} is out of range for DMLC_NUM_WORKER={}",
+                                         c.worker_id, c.num_workers));
+    if (c.heartbeat_interval_s > 0 && c.heartbeat_timeout_s <= c.heartbeat_interval_s)
+      return InvalidArgument(fmt::format(
+          "PS_HEARTBEAT_TIMEOUT={} must be greater than PS_HEARTBEAT_INTERVAL={}",
+          FormatSeconds(c.heartbeat_timeout_s), FormatSeconds(c.heartbeat_interval_s)));
+  }
+  if (c.local_rank < 0 || c.local_rank >= c.local_size)
+    return InvalidArgument(fmt::format(
+        "BYTEPS_LOCAL_RANK={} is out of range for BYTEPS_LOCAL_SIZE={}", c.local_rank,
+        c.local_size));
+  // One partition must fit in one message together with its header.
+  if (c.max_message_bytes < kMessageOverhead ||
+      c.max_message_bytes - kMessageOverhead < c.partition_bytes)
+    return InvalidArgument(fmt::format(
+        "BYTEPS_MAX_MESSAGE_BYTES={} is too small for BYTEPS_PARTITION_BYTES={}: it must be at "
+        "least the partition size plus {} bytes",
+        c.max_message_bytes, c.partition_bytes, kMessageOverhead));
+  return Status::Ok();
+}
+
+std::string Describe(const Config& c, const Environment& env) {
+  struct Row {
+    std::string name, value, source, help;
+  };
+  std::vector<Row> rows;
+  for (const Entry& e : Registry()) {
+    if (IsIgnored(e)) continue;
+    const bool from_env = Lookup(env, e.name) != nullptr;
+    std::string value = ShowValue(e, c, env);
+    if (value.empty()) value = "\"\"";  // keeps the value column visibly filled
+    rows.push_back({e.name, value, from_env ? "[env]" : "[default]", e.help});
+  }
+  // Ignored names only when set, so the user sees that they were noticed and had no effect.
+  for (const Entry& e : Registry()) {
+    const std::string* raw = Lookup(env, e.name);
+    if (IsIgnored(e) && raw != nullptr)
+      rows.push_back({e.name, *raw, "[env]", std::string("ignored: ") + e.help});
+  }
+  size_t name_w = 0, value_w = 0, source_w = 0;
+  for (const Row& r : rows) {
+    name_w = std::max(name_w, r.name.size());
+    value_w = std::max(value_w, r.value.size());
+    source_w = std::max(source_w, r.source.size());
+  }
+  std::string out;
+  for (const Row& r : rows)
+    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", r.name, name_w, r.value, value_w, r.source,
+                       source_w, r.help);
+  return out;
+}
+
+}  // namespace byteps::config

@@ -1,0 +1,419 @@
+// The scheduler service over an in-memory transport and a fake clock: registration and rank
+// assignment, refusals, barriers, finish and terminate, failure announcements, the start deadline,
+// heartbeat silence and rejoining. The test thread plays every node (it delivers their frames and
+// reads what the scheduler sent back); the watchdog's deadlines move only with the fake clock.
+#include "cluster/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/error_frame.h"
+#include "tests/support/fake_clock.h"
+#include "tests/support/fake_transport.h"
+
+namespace byteps::cluster {
+namespace {
+
+using protocol::Header;
+using protocol::Opcode;
+using protocol::RegisterReply;
+using protocol::RegisterRequest;
+using testing::FakeClock;
+using testing::FakeConnection;
+using testing::FakeTransport;
+using testing::SentFrame;
+using Conn = std::shared_ptr<FakeConnection>;
+
+bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+Header Hdr(Opcode op, uint64_t key = 0, uint16_t flags = 0, uint32_t arg = 0) {
+  Header h;
+  h.opcode = op;
+  h.key = key;
+  h.flags = flags;
+  h.arg = arg;
+  return h;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Start(int workers, int servers, double reconnect_timeout_s = 5) {
+    num_workers_ = workers;
+    num_servers_ = servers;
+    SchedulerOptions o;
+    o.num_workers = workers;
+    o.num_servers = servers;
+    o.start_timeout_s = 60;
+    o.heartbeat_timeout_s = 15;
+    o.reconnect_timeout_s = reconnect_timeout_s;
+    o.clock = &clock_;
+    auto t = std::make_unique<FakeTransport>();
+    transport_ = t.get();
+    auto s = Scheduler::Start(o, std::move(t));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    scheduler_ = std::move(s.value());
+  }
+
+  void TearDown() override { scheduler_.reset(); }
+
+  RegisterRequest Request(const std::string& role, int rank, int pid) const {
+    RegisterRequest r;
+    r.role = role;
+    r.requested_rank = rank;
+    r.host = "10.0.0." + std::to_string(pid);
+    r.port = role == "server" ? 9000 + pid : 0;
+    r.pid = pid;
+    r.num_workers = num_workers_;
+    r.num_servers = num_servers_;
+    r.instance = "node-" + std::to_string(pid);
+    return r;
+  }
+
+  // A new connection that registers `r`.
+  Conn Register(const RegisterRequest& r) {
+    Conn c = transport_->Accept("peer-" + std::to_string(r.pid));
+    EXPECT_TRUE(c->Deliver(Hdr(Opcode::kRegister), protocol::Encode(r)).ok());
+    return c;
+  }
+  Conn Register(const std::string& role, int rank, int pid) { return Register(Request(role, rank, pid)); }
+
+  // The next frame on c, which must be a RegisterReply.
+  RegisterReply Reply(const Conn& c) {
+    auto f = c->NextSent();
+    if (!f || f->header.opcode != Opcode::kRegisterReply) {
+      ADD_FAILURE() << "no RegisterReply on " << c->peer_name();
+      return {};
+    }
+    auto r = protocol::DecodeRegisterReply(f->payload);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r.value() : RegisterReply{};
+  }
+
+  // The next frame on c, which must have opcode `op`.
+  SentFrame Expect(const Conn& c, Opcode op) {
+    auto f = c->NextSent();
+    if (!f) {
+      ADD_FAILURE() << "nothing sent on " << c->peer_name() << " (expected " << protocol::OpcodeName(op) << ")";
+      return {};
+    }
+    EXPECT_EQ(f->header.opcode, op) << protocol::OpcodeName(f->header.opcode) << " instead";
+    return *f;
+  }
+
+  // Registers workers w0..w(n-1) (arrival order = rank) and servers; every reply read.
+  std::vector<Conn> StartJob() {
+    std::vector<Conn> conns;
+    for (int w = 0; w < num_workers_; ++w) conns.push_back(Register("worker", -1, 100 + w));
+    for (int s = 0; s < num_servers_; ++s) conns.push_back(Register("server", -1, 200 + s));
+    for (auto& c : conns) EXPECT_EQ(Reply(c).error, "");
+    return conns;
+  }
+
+  FakeClock clock_;
+  FakeTransport* transport_ = nullptr;  // owned by scheduler_
+  std::unique_ptr<Scheduler> scheduler_;
+  int num_workers_ = 0, num_servers_ = 0;
+};
+
+TEST_F(SchedulerTest, RendezvousSendsEveryNodeItsRankAndTheTable) {
+  Start(2, 1);
+  Conn w0 = Register("worker", -1, 101);
+  Conn s0 = Register("server", -1, 201);
+  EXPECT_TRUE(w0->TakeSent().empty()) << "answered before the job was complete";
+  Conn w1 = Register("worker", -1, 102);
+  RegisterReply r0 = Reply(w0), r1 = Reply(w1), rs = Reply(s0);
+  EXPECT_EQ(r0.error, "");
+  EXPECT_EQ(r0.rank, 0);
+  EXPECT_EQ(r1.rank, 1);
+  EXPECT_EQ(rs.rank, 0);
+  ASSERT_EQ(r0.nodes.size(), 3u);  // workers then servers, in rank order
+  EXPECT_EQ(r0.nodes[0].pid, 101);
+  EXPECT_EQ(r0.nodes[1].pid, 102);
+  EXPECT_EQ(r0.nodes[2].role, "server");
+  EXPECT_EQ(r0.nodes[2].port, 9201);
+  EXPECT_EQ(r0.nodes, rs.nodes);
+  EXPECT_EQ(r1.nodes, rs.nodes);
+}
+
+TEST_F(SchedulerTest, RequestedRanksFirstThenArrivalOrder) {
+  Start(4, 1);
+  Conn a = Register("worker", -1, 101);
+  Conn b = Register("worker", 0, 102);
+  Conn c = Register("worker", -1, 103);
+  Conn d = Register("worker", 2, 104);
+  Conn s = Register("server", -1, 201);
+  EXPECT_EQ(Reply(b).rank, 0);
+  EXPECT_EQ(Reply(a).rank, 1);  // the first free rank, by arrival
+  EXPECT_EQ(Reply(d).rank, 2);
+  EXPECT_EQ(Reply(c).rank, 3);
+  EXPECT_EQ(Reply(s).rank, 0);
+}
+
+TEST_F(SchedulerTest, RefusesAnExtraNodeBeforeAndAfterTheRendezvous) {
+  Start(2, 1);
+  Register("worker", -1, 101);
+  Register("worker", -1, 102);
+  RegisterReply early = Reply(Register("worker", -1, 103));
+  EXPECT_TRUE(Has(early.error, "one too many")) << early.error;
+  EXPECT_TRUE(Has(early.error, "DMLC_NUM_WORKER")) << early.error;
+  Register("server", -1, 201);
+  RegisterReply late = Reply(Register("server", -1, 202));
+  EXPECT_TRUE(Has(late.error, "already has all 2 workers and 1 servers")) << late.error;
+}
+
+TEST_F(SchedulerTest, RefusesDuplicateRanksWrongSizesAndUnknownRoles) {
+  Start(2, 1);
+  Register("worker", 1, 101);
+  RegisterReply dup = Reply(Register("worker", 1, 102));
+  EXPECT_TRUE(Has(dup.error, "rank 1 is already taken by pid 101")) << dup.error;
+
+  RegisterReply range = Reply(Register("worker", 2, 103));
+  EXPECT_TRUE(Has(range.error, "out of range")) << range.error;
+
+  RegisterRequest wrong = Request("server", -1, 201);
+  wrong.num_workers = 3;
+  RegisterReply size = Reply(Register(wrong));
+  EXPECT_TRUE(Has(size.error, "DMLC_NUM_WORKER=3")) << size.error;
+  EXPECT_TRUE(Has(size.error, "started with 2 and 1")) << size.error;
+
+  RegisterReply role = Reply(Register("observer", -1, 301));
+  EXPECT_TRUE(Has(role.error, "unknown role 'observer'")) << role.error;
+
+  Conn garbage = transport_->Accept("garbage");
+  ASSERT_TRUE(garbage->Deliver(Hdr(Opcode::kRegister), "{not json").ok());
+  EXPECT_FALSE(Reply(garbage).error.empty());
+}
+
+// A node whose registration is sent again on a new connection before the scheduler saw the old
+// one close (a reset on the way) holds one slot, not two, and gets its rank on the new connection.
+TEST_F(SchedulerTest, RegisteringAgainReplacesTheStaleRegistration) {
+  Start(2, 0);
+  auto node = [&](const std::string& instance) {  // every node in this process: one pid
+    RegisterRequest r = Request("worker", -1, 4242);
+    r.instance = instance;
+    return r;
+  };
+  Conn stale = Register(node("node-a"));
+  Conn again = Register(node("node-a"));  // the same node again, its old connection still open
+  Conn other = Register(node("node-b"));  // another node of the same process
+  RegisterReply mine = Reply(again), theirs = Reply(other);
+  EXPECT_EQ(mine.error, "");
+  EXPECT_EQ(theirs.error, "");
+  EXPECT_EQ(mine.nodes.size(), 2u);
+  EXPECT_NE(mine.rank, theirs.rank) << "node-a holds both worker slots";
+  EXPECT_TRUE(stale->TakeSent().empty()) << "the stale connection was answered";
+  stale->Close(Unavailable("reset"));  // seen closing at last: ignored, the job goes on
+  ASSERT_TRUE(again->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  Expect(again, Opcode::kHeartbeat);
+  EXPECT_TRUE(other->TakeSent().empty());
+}
+
+TEST_F(SchedulerTest, FramesBeforeRegisteringCloseTheConnection) {
+  Start(1, 1);
+  Conn c = transport_->Accept("stranger");
+  ASSERT_TRUE(c->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  EXPECT_TRUE(c->closed());
+  Conn d = transport_->Accept("pusher");
+  EXPECT_EQ(d->Deliver(Hdr(Opcode::kPushPull), "x").code(), StatusCode::kProtocol);  // not a control frame
+  EXPECT_TRUE(d->closed());
+}
+
+TEST_F(SchedulerTest, HeartbeatsAreEchoed) {
+  Start(1, 1);
+  auto nodes = StartJob();
+  ASSERT_TRUE(nodes[0]->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  Expect(nodes[0], Opcode::kHeartbeat);
+}
+
+TEST_F(SchedulerTest, BarriersReleaseWhenTheirMembersAreIn) {
+  Start(2, 1);
+  auto nodes = StartJob();  // w0, w1, s0
+  ASSERT_TRUE(nodes[0]->Deliver(Hdr(Opcode::kBarrier, 7)).ok());
+  EXPECT_TRUE(nodes[0]->TakeSent().empty());
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kBarrier, 7)).ok());  // workers only: complete
+  EXPECT_EQ(Expect(nodes[0], Opcode::kBarrierRelease).header.key, 7u);
+  EXPECT_EQ(Expect(nodes[1], Opcode::kBarrierRelease).header.key, 7u);
+
+  for (int i : {0, 1}) ASSERT_TRUE(nodes[i]->Deliver(Hdr(Opcode::kBarrier, 8, /*flags=*/1)).ok());
+  EXPECT_TRUE(nodes[0]->TakeSent().empty()) << "an all-nodes barrier released without the server";
+  ASSERT_TRUE(nodes[2]->Deliver(Hdr(Opcode::kBarrier, 8, 1)).ok());
+  for (auto& n : nodes) EXPECT_EQ(Expect(n, Opcode::kBarrierRelease).header.key, 8u);
+
+  // Asked again (a node that rejoined and missed the release): released at once.
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kBarrier, 7)).ok());
+  EXPECT_EQ(Expect(nodes[1], Opcode::kBarrierRelease).header.key, 7u);
+}
+
+TEST_F(SchedulerTest, TerminatesCleanlyWhenEveryWorkerFinished) {
+  Start(2, 1);
+  auto nodes = StartJob();
+  ASSERT_TRUE(nodes[0]->Deliver(Hdr(Opcode::kFinish)).ok());
+  EXPECT_TRUE(nodes[2]->TakeSent().empty());
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kFinish)).ok());
+  for (auto& n : nodes) EXPECT_EQ(Expect(n, Opcode::kTerminate).header.arg, 0u);
+  EXPECT_TRUE(scheduler_->Wait().ok());
+}
+
+TEST_F(SchedulerTest, AWorkerFinishingWithAFailureEndsTheJobNamingIt) {
+  Start(2, 1);
+  auto nodes = StartJob();
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kFinish, 0, 0, /*arg=*/1), "server 0 reset the connection").ok());
+  for (auto& n : nodes) {
+    SentFrame e = Expect(n, Opcode::kJobError);
+    EXPECT_TRUE(Has(e.payload, "worker 1")) << e.payload;
+    EXPECT_TRUE(Has(e.payload, "server 0 reset the connection")) << e.payload;
+    EXPECT_EQ(protocol::StatusCodeFromWire(e.header.arg), StatusCode::kAborted);
+    EXPECT_EQ(Expect(n, Opcode::kTerminate).header.arg, 1u);
+  }
+  Status st = scheduler_->Wait();
+  EXPECT_EQ(st.code(), StatusCode::kAborted);
+  EXPECT_TRUE(Has(st.message(), "worker 1")) << st.message();
+}
+
+TEST_F(SchedulerTest, ALostNodeIsAnnouncedToEveryoneWithoutAReconnectWindow) {
+  Start(2, 1, /*reconnect_timeout_s=*/0);
+  auto nodes = StartJob();
+  nodes[1]->Close(Unavailable("connection reset by peer"));
+  for (int i : {0, 2}) {
+    SentFrame f = Expect(nodes[i], Opcode::kNodeFailed);
+    auto notice = protocol::DecodeNodeFailedNotice(f.payload);
+    ASSERT_TRUE(notice.ok()) << notice.status().ToString();
+    EXPECT_EQ(notice->node.role, "worker");
+    EXPECT_EQ(notice->node.rank, 1);
+    EXPECT_TRUE(Has(notice->reason, "connection reset by peer")) << notice->reason;
+    EXPECT_EQ(Expect(nodes[i], Opcode::kTerminate).header.arg, 1u);
+  }
+  Status st = scheduler_->Wait();
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Has(st.message(), "worker 1 (10.0.0.101:0, pid 101) died")) << st.message();
+}
+
+TEST_F(SchedulerTest, ALostNodeThatDoesNotRejoinInTimeIsAnnounced) {
+  Start(2, 1, /*reconnect_timeout_s=*/5);
+  auto nodes = StartJob();
+  nodes[0]->Close(Unavailable("connection reset by peer"));
+  clock_.Advance(4.0);
+  ASSERT_TRUE(clock_.Settle());
+  EXPECT_TRUE(nodes[1]->TakeSent().empty()) << "announced before BYTEPS_RECONNECT_TIMEOUT";
+  clock_.Advance(1.5);
+  SentFrame f = Expect(nodes[1], Opcode::kNodeFailed);
+  EXPECT_TRUE(Has(f.payload, "worker 0")) << f.payload;
+  EXPECT_TRUE(Has(f.payload, "not re-established within 5 s")) << f.payload;
+  EXPECT_EQ(Expect(nodes[2], Opcode::kNodeFailed).payload, f.payload);
+}
+
+TEST_F(SchedulerTest, ANodeRejoinsWithinTheReconnectWindow) {
+  Start(2, 1, /*reconnect_timeout_s=*/5);
+  auto nodes = StartJob();
+  ASSERT_TRUE(nodes[0]->Deliver(Hdr(Opcode::kBarrier, 1)).ok());  // in a barrier when it drops
+  nodes[0]->Close(Unavailable("connection reset by peer"));
+  clock_.Advance(2.0);
+  RegisterRequest again = Request("worker", /*rank=*/0, 100);
+  again.rejoin = true;
+  Conn back = Register(again);
+  RegisterReply r = Reply(back);
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(r.rank, 0);
+  EXPECT_EQ(r.nodes.size(), 3u);
+  // The deadline it beat does not fire later; it takes part in barriers again.
+  clock_.Advance(10.0);
+  ASSERT_TRUE(back->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  ASSERT_TRUE(nodes[2]->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+  ASSERT_TRUE(clock_.Settle());
+  for (auto& c : {back, nodes[1], nodes[2]}) {
+    auto sent = c->TakeSent();
+    ASSERT_EQ(sent.size(), 1u) << c->peer_name();
+    EXPECT_EQ(sent[0].header.opcode, Opcode::kHeartbeat);
+  }
+  ASSERT_TRUE(back->Deliver(Hdr(Opcode::kBarrier, 1)).ok());
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kBarrier, 1)).ok());
+  Expect(back, Opcode::kBarrierRelease);
+  Expect(nodes[1], Opcode::kBarrierRelease);
+}
+
+TEST_F(SchedulerTest, RejoinIsRefusedForAStrangerAndBeforeTheJobStarted) {
+  Start(1, 1);
+  RegisterRequest early = Request("worker", 0, 100);
+  early.rejoin = true;
+  EXPECT_TRUE(Has(Reply(Register(early)).error, "cannot rejoin before the job started"));
+  auto nodes = StartJob();
+  RegisterRequest stranger = Request("worker", 0, 999);
+  stranger.rejoin = true;
+  EXPECT_TRUE(Has(Reply(Register(stranger)).error, "is not a live node of this job"));
+}
+
+TEST_F(SchedulerTest, StartTimeoutNamesTheMissingRanks) {
+  Start(3, 1);
+  Conn w0 = Register("worker", 0, 100);
+  Conn w2 = Register("worker", 2, 102);
+  clock_.Advance(59.0);
+  ASSERT_TRUE(clock_.Settle());
+  EXPECT_TRUE(w0->TakeSent().empty()) << "failed before BYTEPS_START_TIMEOUT";
+  clock_.Advance(1.5);
+  for (auto& c : {w0, w2}) {
+    SentFrame e = Expect(c, Opcode::kJobError);
+    EXPECT_EQ(protocol::StatusCodeFromWire(e.header.arg), StatusCode::kDeadlineExceeded);
+    EXPECT_TRUE(Has(e.payload, "rendezvous did not complete within 60 s")) << e.payload;
+    EXPECT_TRUE(Has(e.payload, "2 of 3 workers registered (ranks 1 missing)")) << e.payload;
+    EXPECT_TRUE(Has(e.payload, "0 of 1 servers registered")) << e.payload;
+    EXPECT_EQ(Expect(c, Opcode::kTerminate).header.arg, 1u);
+  }
+  EXPECT_EQ(scheduler_->Wait().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(SchedulerTest, ASilentNodeIsDeclaredDead) {
+  Start(2, 1);
+  auto nodes = StartJob();
+  for (int step = 0; step < 3; ++step) {  // worker 0 and the server keep beating; worker 1 is silent
+    clock_.Advance(4.0);
+    ASSERT_TRUE(nodes[0]->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+    ASSERT_TRUE(nodes[2]->Deliver(Hdr(Opcode::kHeartbeat)).ok());
+    Expect(nodes[0], Opcode::kHeartbeat);
+    Expect(nodes[2], Opcode::kHeartbeat);
+  }
+  ASSERT_TRUE(clock_.Settle());
+  EXPECT_TRUE(nodes[1]->TakeSent().empty()) << "declared dead after 12 s";
+  clock_.Advance(4.0);  // 16 s of silence > PS_HEARTBEAT_TIMEOUT (15 s); the others 4 s
+  SentFrame f = Expect(nodes[0], Opcode::kNodeFailed);
+  EXPECT_TRUE(Has(f.payload, "worker 1")) << f.payload;
+  EXPECT_TRUE(Has(f.payload, "no heartbeat for 16.0 s")) << f.payload;
+  EXPECT_EQ(scheduler_->Wait().code(), StatusCode::kUnavailable);
+}
+
+// Regression: the silence clock starts when the rendezvous completes, not at registration. A node
+// that registered early and waited longer than PS_HEARTBEAT_TIMEOUT for the last one (nodes only
+// beat once they have the table) was declared dead the moment the job started.
+TEST_F(SchedulerTest, SilenceIsCountedFromTheRendezvousNotFromRegistration) {
+  Start(1, 1);
+  Conn w = Register("worker", -1, 100);
+  clock_.Advance(20.0);  // > PS_HEARTBEAT_TIMEOUT, < BYTEPS_START_TIMEOUT
+  ASSERT_TRUE(clock_.Settle());
+  Conn s = Register("server", -1, 200);
+  EXPECT_EQ(Reply(w).error, "");
+  EXPECT_EQ(Reply(s).error, "");
+  clock_.Advance(10.0);  // 30 s since the worker registered, 10 s since the rendezvous
+  ASSERT_TRUE(clock_.Settle()) << "the watchdog ended the job";
+  EXPECT_TRUE(w->TakeSent().empty());
+  EXPECT_TRUE(s->TakeSent().empty());
+  clock_.Advance(6.0);  // 16 s since the rendezvous
+  SentFrame f = Expect(s, Opcode::kNodeFailed);
+  EXPECT_TRUE(Has(f.payload, "no heartbeat for 16.0 s")) << f.payload;
+}
+
+TEST_F(SchedulerTest, StopEndsTheJobWithTheReason) {
+  Start(1, 1);
+  auto nodes = StartJob();
+  scheduler_->Stop(Aborted("SIGTERM"));
+  for (auto& n : nodes) {
+    EXPECT_EQ(Expect(n, Opcode::kJobError).payload, "SIGTERM");
+    EXPECT_EQ(Expect(n, Opcode::kTerminate).header.arg, 1u);
+  }
+  EXPECT_EQ(scheduler_->Wait().message(), "SIGTERM");
+}
+
+}  // namespace
+}  // namespace byteps::cluster

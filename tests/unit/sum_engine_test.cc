@@ -1,0 +1,288 @@
+// One summation shard against in-memory connections: exact sums for every dtype, rounds and double
+// buffering, duplicates and resends, and the errors (declaration mismatch, push before InitKey,
+// wrong round, wrong size, a payload that could not be received). The shard runs on its own
+// thread; the test orders events by waiting for the frames it sends (and for a fence: an error
+// reply to a task posted last, which the shard answers only after everything posted before it).
+#include "server/sum_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/error_frame.h"
+#include "server/buffer_pool.h"
+#include "tests/support/fake_transport.h"
+#include "tests/support/typed_values.h"
+
+namespace byteps::server {
+namespace {
+
+using protocol::Header;
+using protocol::KeyInit;
+using protocol::Opcode;
+using testing::FakeConnection;
+using testing::SentFrame;
+using Conn = std::shared_ptr<FakeConnection>;
+
+bool Has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+constexpr uint64_t kFenceKey = ~0ull;
+
+class SumEngineTest : public ::testing::Test {
+ protected:
+  void Start(int num_workers) {
+    for (int w = 0; w < num_workers; ++w) conns_.push_back(NewConn("worker " + std::to_string(w)));
+    engine_ = std::make_unique<SumEngine>(0, num_workers);
+  }
+  void TearDown() override { engine_.reset(); }
+
+  Conn NewConn(const std::string& name) { return std::make_shared<FakeConnection>(name, nullptr); }
+
+  void Init(uint64_t key, int worker, const KeyInit& init) { engine_->Post(InitTask{key, worker, conns_[worker], init}); }
+  void Init(uint64_t key, DataType dt, size_t count, const std::string& name = "grad") {
+    KeyInit k{name, count * DataTypeSize(dt), static_cast<int>(dt), count * DataTypeSize(dt)};
+    for (int w = 0; w < static_cast<int>(conns_.size()); ++w) Init(key, w, k);
+  }
+
+  // A push of `bytes` (copied into a pooled buffer, as the server receives it).
+  void Push(uint64_t key, uint32_t round, int worker, const std::vector<uint8_t>& bytes, DataType dt,
+            uint64_t request_id = 0, Conn on = nullptr) {
+    PushTask t;
+    t.key = key;
+    t.round = round;
+    t.worker = worker;
+    t.request_id = request_id != 0 ? request_id : 1000 * round + worker;
+    t.dtype = static_cast<uint8_t>(dt);
+    t.conn = on != nullptr ? on : conns_[worker];
+    t.data = pool_.Get(bytes.size()).value();
+    if (!bytes.empty()) std::memcpy(t.data.get(), bytes.data(), bytes.size());
+    t.bytes = bytes.size();
+    engine_->Post(std::move(t));
+  }
+
+  // Waits until the shard has handled everything posted so far.
+  void Drain() {
+    Conn fence = NewConn("fence");
+    PushTask t;
+    t.key = kFenceKey;
+    t.round = 1;
+    t.conn = fence;
+    t.data = pool_.Get(0).value();
+    engine_->Post(std::move(t));
+    auto f = fence->NextSent();
+    ASSERT_TRUE(f && f->header.opcode == Opcode::kError) << "the shard did not answer the fence";
+  }
+
+  static SentFrame Next(const Conn& c, Opcode op) {
+    auto f = c->NextSent();
+    if (!f) {
+      ADD_FAILURE() << "nothing sent to " << c->peer_name() << " (expected " << protocol::OpcodeName(op) << ")";
+      return {};
+    }
+    EXPECT_EQ(f->header.opcode, op) << protocol::OpcodeName(f->header.opcode) << ": " << f->payload;
+    return *f;
+  }
+  static Status NextError(const Conn& c) {
+    SentFrame f = Next(c, Opcode::kError);
+    return protocol::StatusFromErrorFrame(f.header, f.payload);
+  }
+
+  BufferPool pool_;                  // outlives every buffer: declared first, destroyed last
+  std::vector<Conn> conns_;          // worker w's data connection
+  std::unique_ptr<SumEngine> engine_;
+};
+
+// Worker w's element i: small integers, so every sum is exact in every dtype.
+double Value(int w, size_t i, uint32_t round) { return static_cast<double>((w + 1) * ((i + round) % 4)); }
+
+std::vector<double> Values(int w, size_t n, uint32_t round) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = Value(w, i, round);
+  return v;
+}
+
+std::vector<double> Sum(int workers, size_t n, uint32_t round) {
+  std::vector<double> v(n, 0);
+  for (int w = 0; w < workers; ++w)
+    for (size_t i = 0; i < n; ++i) v[i] += Value(w, i, round);
+  return v;
+}
+
+std::string Bytes(const std::vector<uint8_t>& b) { return std::string(b.begin(), b.end()); }
+
+TEST_F(SumEngineTest, SumsEveryDtypeExactly) {
+  Start(3);
+  const size_t n = 37;  // not a multiple of any vector width
+  for (int code = 0; code < kNumDataTypes; ++code) {
+    const DataType dt = *DataTypeFromCode(code);
+    SCOPED_TRACE(DataTypeName(dt));
+    const uint64_t key = 10 + code;
+    Init(key, dt, n);
+    for (int w = 0; w < 3; ++w) Push(key, 1, w, testing::Encode(dt, Values(w, n, 1)), dt);
+    const std::string want = Bytes(testing::Encode(dt, Sum(3, n, 1)));
+    for (int w = 0; w < 3; ++w) {
+      SentFrame f = Next(conns_[w], Opcode::kPushPullReply);
+      EXPECT_EQ(f.header.key, key);
+      EXPECT_EQ(f.header.round, 1u);
+      EXPECT_EQ(f.header.request_id, 1000u + w);
+      EXPECT_EQ(f.header.dtype, code);
+      EXPECT_EQ(f.payload, want);
+    }
+  }
+}
+
+TEST_F(SumEngineTest, NoReplyUntilEveryWorkerPushed) {
+  Start(2);
+  Init(1, DataType::kFloat32, 4);
+  Push(1, 1, 0, testing::Encode(DataType::kFloat32, {1, 2, 3, 4}), DataType::kFloat32);
+  Drain();
+  EXPECT_TRUE(conns_[0]->TakeSent().empty());
+  Push(1, 1, 1, testing::Encode(DataType::kFloat32, {10, 20, 30, 40}), DataType::kFloat32);
+  EXPECT_EQ(Next(conns_[0], Opcode::kPushPullReply).payload,
+            Bytes(testing::Encode(DataType::kFloat32, {11, 22, 33, 44})));
+}
+
+// The next round accumulates in a fresh buffer: a slow worker still pulling round r (its reply's
+// bytes still borrowed by the transport) reads round r's sum even after the fast worker and then
+// everyone pushed round r + 1.
+TEST_F(SumEngineTest, TheNextRoundNeverTouchesABufferStillBeingSent) {
+  Start(2);
+  const DataType dt = DataType::kInt32;
+  const size_t n = 1000;
+  Init(7, dt, n);
+  conns_[1]->HoldSends(true);  // worker 1's pull of round 1 is slow
+  for (int w = 0; w < 2; ++w) Push(7, 1, w, testing::Encode(dt, Values(w, n, 1)), dt);
+  const std::string round1 = Bytes(testing::Encode(dt, Sum(2, n, 1)));
+  EXPECT_EQ(Next(conns_[0], Opcode::kPushPullReply).payload, round1);
+  EXPECT_EQ(Next(conns_[1], Opcode::kPushPullReply).payload, round1);
+  for (uint32_t r = 2; r <= 3; ++r) {
+    for (int w = 0; w < 2; ++w) Push(7, r, w, testing::Encode(dt, Values(w, n, r)), dt);
+    EXPECT_EQ(Next(conns_[0], Opcode::kPushPullReply).payload, Bytes(testing::Encode(dt, Sum(2, n, r))));
+    EXPECT_EQ(Next(conns_[1], Opcode::kPushPullReply).header.round, r);
+  }
+  auto held = conns_[1]->HeldPayloads();
+  ASSERT_EQ(held.size(), 3u);
+  EXPECT_EQ(held[0], round1) << "round 1's result was overwritten while it was being sent";
+  EXPECT_EQ(held[1], Bytes(testing::Encode(dt, Sum(2, n, 2))));
+  conns_[1]->CompleteHeld();
+}
+
+TEST_F(SumEngineTest, ADuplicatePushCountsOnce) {
+  Start(2);
+  const DataType dt = DataType::kFloat64;
+  Init(3, dt, 2);
+  Push(3, 1, 0, testing::Encode(dt, {1, 1}), dt);
+  Push(3, 1, 0, testing::Encode(dt, {1, 1}), dt);  // a resend of the same push
+  Drain();
+  EXPECT_TRUE(conns_[0]->TakeSent().empty()) << "the duplicate completed the round";
+  Push(3, 1, 1, testing::Encode(dt, {5, 5}), dt);
+  const std::string want = Bytes(testing::Encode(dt, {6, 6}));
+  EXPECT_EQ(Next(conns_[0], Opcode::kPushPullReply).payload, want);
+  EXPECT_EQ(Next(conns_[1], Opcode::kPushPullReply).payload, want);
+  // Again after the round completed (its reply was lost on a dropped connection): answered again.
+  Push(3, 1, 1, testing::Encode(dt, {5, 5}), dt, /*request_id=*/77);
+  SentFrame again = Next(conns_[1], Opcode::kPushPullReply);
+  EXPECT_EQ(again.header.request_id, 77u);
+  EXPECT_EQ(again.payload, want);
+}
+
+TEST_F(SumEngineTest, AResendRepointsTheWaiterAtItsNewConnection) {
+  Start(2);
+  const DataType dt = DataType::kUint8;
+  Init(4, dt, 3);
+  Push(4, 1, 0, testing::Encode(dt, {1, 2, 3}), dt, /*request_id=*/10);
+  Conn reconnected = NewConn("worker 0 (reconnected)");
+  Push(4, 1, 0, testing::Encode(dt, {1, 2, 3}), dt, /*request_id=*/11, reconnected);
+  Push(4, 1, 1, testing::Encode(dt, {1, 1, 1}), dt);
+  SentFrame f = Next(reconnected, Opcode::kPushPullReply);
+  EXPECT_EQ(f.header.request_id, 11u);
+  EXPECT_EQ(f.payload, Bytes(testing::Encode(dt, {2, 3, 4})));
+  Next(conns_[1], Opcode::kPushPullReply);
+  Drain();
+  EXPECT_TRUE(conns_[0]->TakeSent().empty()) << "the old connection was answered too";
+}
+
+TEST_F(SumEngineTest, ADeclarationMismatchFailsTheWaitersAndTheDeclarer) {
+  Start(2);
+  const DataType dt = DataType::kFloat32;
+  Init(5, 0, KeyInit{"layer1.weight", 400, static_cast<int>(dt), 400});
+  Push(5, 1, 0, std::vector<uint8_t>(400, 0), dt, /*request_id=*/21);
+  Init(5, 1, KeyInit{"layer1.weight", 800, static_cast<int>(dt), 800});
+  Status waiter = NextError(conns_[0]);
+  EXPECT_EQ(waiter.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(waiter.message(), "tensor 'layer1.weight' (key 5) has 400 bytes of float32 on worker 0 but 800 "
+                                    "bytes of float32 on worker 1"))
+      << waiter.message();
+  Status declarer = NextError(conns_[1]);
+  EXPECT_EQ(declarer.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(declarer.message(), waiter.message());
+  // The key stays poisoned.
+  Push(5, 1, 1, std::vector<uint8_t>(400, 0), dt);
+  EXPECT_EQ(NextError(conns_[1]).message(), waiter.message());
+
+  Init(6, 0, KeyInit{"a", 4, static_cast<int>(dt), 4});
+  Init(6, 1, KeyInit{"b", 4, static_cast<int>(dt), 4});
+  Status order = NextError(conns_[1]);
+  EXPECT_EQ(order.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(order.message(), "worker 0 declared tensor 'a' but worker 1 declared 'b'")) << order.message();
+}
+
+TEST_F(SumEngineTest, APushBeforeItsDeclarationIsAProtocolError) {
+  Start(1);
+  Push(9, 1, 0, std::vector<uint8_t>(8, 0), DataType::kFloat32, /*request_id=*/5);
+  SentFrame f = Next(conns_[0], Opcode::kError);
+  EXPECT_EQ(f.header.request_id, 5u);
+  EXPECT_EQ(f.header.key, 9u);
+  Status st = protocol::StatusFromErrorFrame(f.header, f.payload);
+  EXPECT_EQ(st.code(), StatusCode::kProtocol);
+  EXPECT_TRUE(Has(st.message(), "before its declaration (InitKey)")) << st.message();
+}
+
+TEST_F(SumEngineTest, AWrongRoundIsAProtocolError) {
+  Start(2);
+  Init(2, DataType::kInt8, 4);
+  Push(2, 3, 0, std::vector<uint8_t>(4, 1), DataType::kInt8);
+  Status st = NextError(conns_[0]);
+  EXPECT_EQ(st.code(), StatusCode::kProtocol);
+  EXPECT_TRUE(Has(st.message(), "worker 0 pushed round 3 while the server is at round 1")) << st.message();
+}
+
+TEST_F(SumEngineTest, APushThatDisagreesWithTheDeclarationIsRefused) {
+  Start(1);
+  Init(8, DataType::kFloat32, 4);
+  Push(8, 1, 0, std::vector<uint8_t>(12, 0), DataType::kFloat32);
+  Status size = NextError(conns_[0]);
+  EXPECT_EQ(size.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(size.message(), "push of 12 bytes")) << size.message();
+  Push(8, 1, 0, std::vector<uint8_t>(16, 0), DataType::kInt32);
+  EXPECT_EQ(NextError(conns_[0]).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(SumEngineTest, APayloadThatCouldNotBeReceivedFailsThatPushNamingTheTensor) {
+  Start(2);
+  Init(12, DataType::kFloat32, 4, "embedding");
+  PushTask t;
+  t.key = 12;
+  t.round = 1;
+  t.worker = 1;
+  t.request_id = 99;
+  t.conn = conns_[1];
+  t.failure = Unavailable("the server cannot allocate 16 bytes for it: out of memory");
+  engine_->Post(std::move(t));
+  SentFrame f = Next(conns_[1], Opcode::kError);
+  EXPECT_EQ(f.header.request_id, 99u);
+  Status st = protocol::StatusFromErrorFrame(f.header, f.payload);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(Has(st.message(), "push of tensor 'embedding' key 12 round 1 from worker 1: the server cannot allocate"))
+      << st.message();
+  // It counted for nothing: the round completes with both workers' real pushes.
+  for (int w = 0; w < 2; ++w) Push(12, 1, w, testing::Encode(DataType::kFloat32, {1, 1, 1, 1}), DataType::kFloat32);
+  EXPECT_EQ(Next(conns_[0], Opcode::kPushPullReply).payload,
+            Bytes(testing::Encode(DataType::kFloat32, {2, 2, 2, 2})));
+}
+
+}  // namespace
+}  // namespace byteps::server

@@ -17,6 +17,10 @@
 namespace byteps::transport::tcp {
 namespace {
 
+// The staging buffer small control frames are read through. A connection starts with a small one
+// and gets the full size once its peer has proved itself (authenticated, when a secret is set, and
+// delivered a frame): a flood of idle or hostile connections costs 4 KiB each, not 256 KiB.
+constexpr size_t kInitialStageBytes = 4 * 1024;
 constexpr size_t kStageBytes = 256 * 1024;
 // Payload bytes still to come at or above this are received straight into the destination.
 constexpr size_t kDirectRecvBytes = 32 * 1024;
@@ -31,7 +35,7 @@ std::string Errno(int e) { return fmt::format("{} (errno {})", std::strerror(e),
 TcpConnection::TcpConnection(int fd, EventLoop* loop, Handler* handler, ConnectionOptions options,
                              std::string peer)
     : fd_(fd), loop_(loop), handler_(handler), options_(std::move(options)), peer_(std::move(peer)),
-      stage_(kStageBytes) {
+      stage_(kInitialStageBytes) {
   authenticated_ = options_.secret.empty();
 }
 
@@ -207,6 +211,7 @@ Status TcpConnection::HandleReadable() {
         if (got_ == len) BYTEPS_RETURN_IF_ERROR(PayloadComplete());
       }
     } else {
+      if (stage_.size() < kStageBytes && authenticated_.load() && delivered_.load()) stage_.resize(kStageBytes);
       if (stage_begin_ > 0) {
         std::memmove(stage_.data(), stage_.data() + stage_begin_, stage_end_ - stage_begin_);
         stage_end_ -= stage_begin_;

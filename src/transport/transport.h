@@ -44,6 +44,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
                       SendCallback on_done) = 0;
   // Convenience for small control frames: the payload is copied.
   Status SendCopy(protocol::Header header, const std::string& payload);
+  // Batching: between Cork and Uncork, Send only queues; Uncork writes everything queued with as
+  // few system calls as it can (many small frames share one). Nests. A backend that cannot batch
+  // sends at once and ignores both.
+  virtual void Cork() {}
+  virtual void Uncork() {}
   // Closes now: when Close returns, no handler callback of this connection runs any more (so the
   // handler may be destroyed). Must not be called while holding a lock the handler takes.
   virtual void Close(const Status& reason) = 0;

@@ -32,9 +32,11 @@ class DataPlane {
   virtual ~DataPlane() = default;
   // Which of the connections to `server` carries `key`.
   virtual size_t ConnIndex(int server, uint64_t key) const = 0;
-  // Sends on that connection. Unavailable: the connection is down; once re-established, everything
-  // the stage reports in flight on it is sent again (DataClient::CollectResend).
+  // Queues the frame on that connection; Flush writes what was queued (many frames per system
+  // call). Unavailable: the connection is down; once re-established, everything the stage reports
+  // in flight on it is sent again (DataClient::CollectResend).
   virtual Status Send(int server, const OutFrame& frame) = 0;
+  virtual void Flush() = 0;
 };
 
 // What the connections need from their one user, the push-pull stage.

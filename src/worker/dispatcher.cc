@@ -78,6 +78,7 @@ std::optional<Dispatcher::Clock::time_point> Dispatcher::Run(Clock::time_point n
   for (bool started = true; started;) {
     started = false;
     for (Stage* s : stages_) {
+      bool here = false;
       while (PartitionTask* t = s->queue().Top()) {
         const size_t need = s->CreditFor(*t);
         if (need > 0 && !credit_.TryAcquire(need)) break;
@@ -85,9 +86,11 @@ std::optional<Dispatcher::Clock::time_point> Dispatcher::Run(Clock::time_point n
         t->credit_bytes = need;
         if (need > 0) holding_credit_.insert(t);
         last_progress_ = now;
-        started = true;
+        here = true;
         s->Start(t);  // may complete t (or others) right here, through Complete
       }
+      if (here) s->Flush();
+      started = started || here;
     }
   }
   if (!CreditBlocked()) return std::nullopt;

@@ -10,6 +10,7 @@
 //    every stage it has not reached was told (Stage::Skip).
 //  - Run starts queued tasks, each stage's queue in priority order, while the stage's credit need
 //    (Stage::CreditFor) fits the credit; a stage whose head does not fit waits (no overtaking).
+//    After starting a batch in a stage it calls the stage's Flush (batched system calls).
 //  - Stall guard: when tasks wait for credit and nothing has started or completed for a stall
 //    period, the tasks holding credit are waiting for other workers, not the network (only possible
 //    when workers push in different orders): their credit is taken back so the queue moves.

@@ -92,10 +92,19 @@ Status ServerLinks::Send(int server, const OutFrame& f) {
   }
   auto c = ConnFor(server, f.header.key);
   if (!c) return Unavailable(fmt::format("not connected to {}", protocol::Describe(links_[server].node)));
+  if (std::find(corked_.begin(), corked_.end(), c) == corked_.end()) {
+    c->Cork();
+    corked_.push_back(c);
+  }
   if (f.data == nullptr) return c->SendCopy(f.header, f.owned);
   std::vector<iovec> iov;
   if (f.len > 0) iov.push_back({const_cast<uint8_t*>(f.data), f.len});
   return c->Send(f.header, iov, nullptr);
+}
+
+void ServerLinks::Flush() {
+  for (auto& c : corked_) c->Uncork();
+  corked_.clear();
 }
 
 StatusOr<transport::RecvBuffer> ServerLinks::OnHeader(transport::Connection& c, const Header& h) {

@@ -51,7 +51,10 @@ class ServerLinks : public DataPlane, public transport::Handler {
   void Shutdown();
 
   size_t ConnIndex(int server, uint64_t key) const override;
+  // Dispatcher thread only: Send corks each connection it uses until Flush (one system call
+  // carries many small frames).
   Status Send(int server, const OutFrame& frame) override;
+  void Flush() override;
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
@@ -91,6 +94,7 @@ class ServerLinks : public DataPlane, public transport::Handler {
   bool leaving_ = false;     // guarded by mu_
   bool shut_down_ = false;   // guarded by mu_
   std::thread reconnect_thread_;
+  std::vector<std::shared_ptr<transport::Connection>> corked_;  // dispatcher thread only
 };
 
 }  // namespace byteps::worker

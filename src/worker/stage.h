@@ -4,7 +4,7 @@
 // use it, the credit) allows, and the stage completes it asynchronously with a Status, exactly
 // once, through the StageSink. A new capability is a new Stage; the dispatcher does not change.
 //
-// Threading: Start, Skip, Admits and CreditFor run on the dispatcher thread and must not block.
+// Threading: Start, Flush, Skip and CreditFor run on the dispatcher thread and must not block.
 // The completion (sink->Complete) may come from any thread, also from inside Start. FailAll may
 // run on any thread.
 #pragma once
@@ -39,8 +39,12 @@ class Stage {
   // Bytes of the dispatcher's credit `task` holds while in this stage; 0 = this stage does not use
   // the credit (only the network stage does: the credit caps bytes in flight).
   virtual size_t CreditFor(const PartitionTask& task) const { return 0; }
-  // Starts `task`; completes it later (or right away) through sink()->Complete.
+  // Starts `task`; completes it later (or right away) through sink()->Complete. A stage may hold
+  // back what Start produced (frames to send) until Flush.
   virtual void Start(PartitionTask* task) = 0;
+  // The dispatcher started a batch of tasks here (one Run pass): write out what Start held back,
+  // so that many small partitions share system calls.
+  virtual void Flush() {}
   // `task` failed before reaching this stage. Stages that others wait on (the local broadcast:
   // the other processes of the host) pass the failure on; the rest do nothing.
   virtual void Skip(PartitionTask* task, const Status& failure) {}

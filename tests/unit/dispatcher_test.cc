@@ -78,6 +78,22 @@ TEST_F(DispatcherTest, TasksPassTheirStagesInOrder) {
   EXPECT_EQ(op->parts[0].round, 1u);
 }
 
+TEST_F(DispatcherTest, AStageIsFlushedOnceAfterEachBatchItStarted) {
+  Make(0);
+  ManualStage a("a", &sink_), b("b", &sink_);
+  dispatcher_->AddStage(&a);
+  dispatcher_->AddStage(&b);
+  Pipeline p({&a, &b});
+  auto plan = MakePlan("w", 0, 5, 16);
+  auto op = MakeOp(*plan, p, buf_.data(), buf_.data());
+  dispatcher_->Submit(op.get());
+  Run();
+  EXPECT_EQ(a.flushed_after, (std::vector<size_t>{5}));  // five starts, one flush (one system call's worth)
+  EXPECT_TRUE(b.flushed_after.empty());
+  Run();
+  EXPECT_EQ(a.flushed_after.size(), 1u);  // nothing new started: no flush
+}
+
 TEST_F(DispatcherTest, EmptyPipelineFinishesAtOnce) {
   Make(0);
   Pipeline none;

@@ -72,6 +72,7 @@ class FakePlane : public DataPlane {
     sent.push_back({server, f});
     return result;
   }
+  void Flush() override { ++flushes; }
   std::vector<Opcode> Opcodes() {
     std::lock_guard<std::mutex> lock(mu);
     std::vector<Opcode> ops;
@@ -81,6 +82,7 @@ class FakePlane : public DataPlane {
   std::mutex mu;
   std::vector<std::pair<int, OutFrame>> sent;
   Status result;
+  int flushes = 0;
 };
 
 class PushPullStageTest : public ::testing::Test {
@@ -138,6 +140,8 @@ TEST_F(PushPullStageTest, DeclaresTheTensorOnceThenPushesStraightFromTheInput) {
   EXPECT_EQ(ki->tensor_bytes, 32u);
   EXPECT_FALSE(stage.idle());
   EXPECT_EQ(stage.CreditFor(op->parts[0]), 16u);
+  stage.Flush();
+  EXPECT_EQ(plane.flushes, 1);  // the stage's Flush writes what its Starts queued
 }
 
 TEST_F(PushPullStageTest, TheReplyLandsInTheOutputAveragedWhenAsked) {

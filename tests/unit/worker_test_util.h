@@ -111,11 +111,13 @@ class ManualStage : public Stage {
   ManualStage(std::string name, StageSink* sink, bool credit = false) : Stage(std::move(name), sink), credit_(credit) {}
   size_t CreditFor(const PartitionTask& t) const override { return credit_ ? t.len : 0; }
   void Start(PartitionTask* t) override { started.push_back(t); }
+  void Flush() override { flushed_after.push_back(started.size()); }
   void Skip(PartitionTask* t, const Status& failure) override { skipped.push_back({t, failure}); }
   void FailAll(const Status& failure) override { fail_all.push_back(failure); }
   void Finish(PartitionTask* t, const Status& st = Status::Ok()) { sink()->Complete(t, st); }
 
   std::vector<PartitionTask*> started;
+  std::vector<size_t> flushed_after;  // started.size() at each Flush
   std::vector<std::pair<PartitionTask*, Status>> skipped;
   std::vector<Status> fail_all;
 

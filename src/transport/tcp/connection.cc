@@ -107,14 +107,37 @@ Status TcpConnection::Send(const protocol::Header& header, const std::vector<iov
       e.remaining += protocol::kTrailerSize;
     }
     e.on_done = std::move(on_done);
-    if (!want_write_) {
-      err = FlushLocked(&done);
-      if (err.ok() && !send_queue_.empty()) {
-        want_write_ = true;
-        loop_->Modify(fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
-      }
-    }
+    if (corked_ == 0) err = WriteNowLocked(&done);
   }
+  return AfterWrite(done, err);
+}
+
+void TcpConnection::Cork() {
+  std::lock_guard<std::mutex> lock(send_mu_);
+  ++corked_;
+}
+
+void TcpConnection::Uncork() {
+  std::vector<SendCallback> done;
+  Status err;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    if (corked_ > 0 && --corked_ == 0 && !closed_.load()) err = WriteNowLocked(&done);
+  }
+  (void)AfterWrite(done, err);
+}
+
+Status TcpConnection::WriteNowLocked(std::vector<SendCallback>* done) {
+  if (want_write_) return Status::Ok();  // the I/O thread writes as the socket drains
+  Status err = FlushLocked(done);
+  if (err.ok() && !send_queue_.empty()) {
+    want_write_ = true;
+    loop_->Modify(fd_, EPOLLIN | EPOLLRDHUP | EPOLLOUT);
+  }
+  return err;
+}
+
+Status TcpConnection::AfterWrite(const std::vector<SendCallback>& done, const Status& err) {
   for (auto& cb : done)
     if (cb) cb(Status::Ok());
   if (!err.ok()) {

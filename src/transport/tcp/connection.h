@@ -51,6 +51,8 @@ class TcpConnection : public Connection {
 
   Status Send(const protocol::Header& header, const std::vector<iovec>& payload,
               SendCallback on_done) override;
+  void Cork() override;
+  void Uncork() override;
   void Close(const Status& reason) override;
   bool closed() const override { return closed_.load(); }
   std::string peer_name() const override;
@@ -66,6 +68,11 @@ class TcpConnection : public Connection {
   };
 
   void OnEvents(uint32_t events);
+  // Unless the I/O thread already waits for the socket to drain (then it writes), writes what is
+  // queued and arms EPOLLOUT for the rest. Caller holds send_mu_.
+  Status WriteNowLocked(std::vector<SendCallback>* done);
+  // Runs the finished sends' callbacks, and closes the connection (on its loop) after a write error.
+  Status AfterWrite(const std::vector<SendCallback>& done, const Status& err);
   // Writes queued entries until done or EAGAIN. Caller holds send_mu_. Moves finished
   // callbacks to *done. Returns an error on a socket failure.
   Status FlushLocked(std::vector<SendCallback>* done);
@@ -108,6 +115,7 @@ class TcpConnection : public Connection {
 
   std::mutex send_mu_;
   std::deque<SendEntry> send_queue_;  // guarded by send_mu_
+  int corked_ = 0;                    // Cork depth: Send only queues; guarded by send_mu_
   bool want_write_ = false;           // EPOLLOUT armed; guarded by send_mu_
   std::atomic<bool> closed_{false};
   std::atomic<bool> close_done_{false};  // OnClose and the pending sends' callbacks have run

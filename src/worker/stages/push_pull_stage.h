@@ -33,6 +33,7 @@ class PushPullStage : public Stage, public DataClient {
 
   size_t CreditFor(const PartitionTask& task) const override { return task.len; }
   void Start(PartitionTask* task) override;
+  void Flush() override { plane_->Flush(); }
   void FailAll(const Status& failure) override;
 
   StatusOr<transport::RecvBuffer> OnReplyHeader(transport::Connection& conn, const protocol::Header& h) override;

@@ -1,7 +1,8 @@
 // The key layout every worker and server shares: a partition's key is its tensor's declared key
 // (declaration order) in the high bits and the partition index in the low kPartitionBits, so the
-// partitions of one tensor have consecutive keys. MixKey is the one hash that spreads keys over
-// server engine shards, a worker's connections to a server, and the servers of an unsized tensor.
+// partitions of one tensor have consecutive keys. PlaceKey is the one rule that spreads keys over
+// n equal places: a server's engine shards, a worker's connections to a server, and the servers
+// of a tensor declared without its size.
 // Threading: pure functions.
 #pragma once
 
@@ -31,6 +32,13 @@ constexpr uint64_t MixKey(uint64_t key) {
   key *= 0x94d049bb133111ebull;
   key ^= key >> 31;
   return key;
+}
+
+// Which of `n` places `key` goes to: a tensor's partitions round-robin from a start its hash picks,
+// so one large tensor spreads evenly (no two places differ by more than one of its partitions)
+// and the first partitions of many small tensors spread too.
+constexpr size_t PlaceKey(uint64_t key, size_t n) {
+  return n == 0 ? 0 : static_cast<size_t>((MixKey(MakeKey(DeclaredKeyOf(key), 0)) % n + PartitionOf(key)) % n);
 }
 
 }  // namespace byteps::protocol

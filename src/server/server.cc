@@ -33,8 +33,7 @@ StatusOr<int> Server::Listen(const std::string& host, int port) {
 }
 
 SumEngine& Server::ShardFor(uint64_t key) {
-  // MixKey spreads a large tensor's partitions and many small tensors alike over the shards.
-  return *shards_[protocol::MixKey(key) % shards_.size()];
+  return *shards_[protocol::PlaceKey(key, shards_.size())];
 }
 
 StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const Header& h) {

@@ -61,7 +61,7 @@ StatusOr<TensorPlan*> KeyAssigner::MakePlan(uint32_t declared_key, const std::st
   p.declared_key = declared_key;
   p.bytes = bytes;
   p.dtype = dtype;
-  size_t start = protocol::MixKey(protocol::MakeKey(declared_key, 0)) % num_servers_;
+  const size_t start = protocol::PlaceKey(protocol::MakeKey(declared_key, 0), num_servers_);
   for (size_t i = 0; i < ranges.size(); ++i) {
     PartitionPlan pp;
     pp.key = protocol::MakeKey(declared_key, static_cast<uint32_t>(i));

@@ -4,8 +4,8 @@
 //  - declared key = index in declaration order; partition key = protocol::MakeKey(declared, partition);
 //  - when a tensor is declared with its size, its partitions go to the least-loaded servers by
 //    bytes so far (ties: lowest rank) — byte-balanced, deterministic;
-//  - a tensor first seen without a size starts at the server protocol::MixKey of its first key
-//    picks, its partitions round-robin from there (does not change the byte loads).
+//  - a tensor first seen without a size goes round-robin over the servers from the one
+//    protocol::PlaceKey picks for its first partition (does not change the byte loads).
 // Threading: not thread-safe; the engine serialises calls.
 #pragma once
 

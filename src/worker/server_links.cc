@@ -76,7 +76,7 @@ bool ServerLinks::Ending() const { return shut_down_ || !failure_.ok(); }
 
 size_t ServerLinks::ConnIndex(int server, uint64_t key) const {
   // connections_per_server is fixed: no lock needed.
-  return protocol::MixKey(key) % static_cast<size_t>(std::max(1, options_.connections_per_server));
+  return protocol::PlaceKey(key, static_cast<size_t>(std::max(1, options_.connections_per_server)));
 }
 
 std::shared_ptr<transport::Connection> ServerLinks::ConnFor(int server, uint64_t key) const {

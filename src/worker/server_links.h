@@ -1,5 +1,5 @@
 // The worker's connections to the servers: BYTEPS_CONNECTIONS_PER_PEER to each, the frames of a
-// key always on the same one (protocol::MixKey), and reconnect-and-resend: a dropped connection
+// key always on the same one (protocol::PlaceKey: a tensor's partitions alternate), and reconnect-and-resend: a dropped connection
 // (not a dead server) is re-established by the reconnect thread within BYTEPS_RECONNECT_TIMEOUT,
 // and what the push-pull stage had in flight on it is sent again (the server ignores duplicate
 // (worker, key, round) pushes, so results stay exact). A connection that keeps dropping right

@@ -428,17 +428,22 @@ TEST(KeyLayoutTest, RoundTripsAndOrder) {
   EXPECT_LT(MakeKey(1, 65535), MakeKey(2, 0));  // a tensor's partitions sort before the next tensor's
 }
 
-TEST(KeyLayoutTest, MixKeySpreadsPartitionsAndTensors) {
-  // 4 shards: the 64 partitions of one tensor, and the first partitions of 64 tensors, each land
-  // on every shard at least 8 times (a hash of only the low bits would put the second set on one).
-  for (bool across_tensors : {false, true}) {
-    int count[4] = {0, 0, 0, 0};
-    for (uint32_t i = 0; i < 64; ++i) {
-      uint64_t key = across_tensors ? MakeKey(i, 0) : MakeKey(7, i);
-      ++count[MixKey(key) % 4];
-    }
-    for (int c : count) EXPECT_GE(c, 8) << (across_tensors ? "across tensors" : "within a tensor");
+TEST(KeyLayoutTest, PlaceKeySpreadsOneTensorEvenlyAndManyTensorsToo) {
+  // The 64 partitions of one tensor: exactly 16 on each of 4 places, in turn.
+  int count[4] = {0, 0, 0, 0};
+  const size_t first = PlaceKey(MakeKey(7, 0), 4);
+  for (uint32_t i = 0; i < 64; ++i) {
+    const size_t at = PlaceKey(MakeKey(7, i), 4);
+    EXPECT_EQ(at, (first + i) % 4) << i;
+    ++count[at];
   }
+  for (int c : count) EXPECT_EQ(c, 16);
+  // The first partitions of 64 tensors: every place gets some (a hash of the low bits alone would
+  // put them all on one).
+  int first_parts[4] = {0, 0, 0, 0};
+  for (uint32_t t = 0; t < 64; ++t) ++first_parts[PlaceKey(MakeKey(t, 0), 4)];
+  for (int c : first_parts) EXPECT_GE(c, 8);
+  EXPECT_EQ(PlaceKey(MakeKey(3, 2), 1), 0u);
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ TEST(KeyAssignerTest, UnsizedPlacementIsRoundRobinFromHash) {
   for (int i = 0; i < 5; ++i) ka.Declare("pad" + std::to_string(i)).value();
   auto plan = ka.Plan("w", 100 * 9, DataType::kUint8);  // declared key 5, 9 partitions
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const size_t start = protocol::MixKey(protocol::MakeKey(5, 0)) % kServers;
+  const size_t start = protocol::PlaceKey(protocol::MakeKey(5, 0), kServers);
   const auto& parts = plan.value()->partitions;
   ASSERT_EQ(parts.size(), 9u);
   for (size_t i = 0; i < parts.size(); ++i) {

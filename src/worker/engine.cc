@@ -133,26 +133,11 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     if (shut_down_) return Precondition("byteps has been shut down; call init() again");
     if (!failure_.ok()) return failure_.WithContext(fmt::format("push_pull of '{}'", r.name));
   }
-  auto op = std::make_shared<Operation>();
-  op->request = r;
-  op->pipeline = pipelines_->For(r);
+  std::shared_ptr<Operation> op;
   {
     std::lock_guard<std::mutex> lock(plan_mu_);
-    BYTEPS_ASSIGN_OR_RETURN(op->plan, assigner_->Plan(r.name, r.bytes, r.dtype));
-    op->parts.resize(op->plan->partitions.size());
-    for (size_t i = 0; i < op->parts.size(); ++i) {
-      const PartitionPlan& pp = op->plan->partitions[i];
-      PartitionTask& t = op->parts[i];
-      t.id = next_task_++;
-      t.op = op.get();
-      t.part = i;
-      t.key = pp.key;
-      t.server = pp.server;
-      t.offset = pp.range.offset;
-      t.len = pp.range.length;
-      t.src = static_cast<const uint8_t*>(r.input) + pp.range.offset;
-      t.dst = static_cast<uint8_t*>(r.output) + pp.range.offset;
-    }
+    BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
+    op = MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
   }
   HandleId id = handles_->Add(op);
   loop_->Submit(std::move(op));

@@ -56,4 +56,9 @@ struct Operation {
   Status status;
 };
 
+// The operation of `request` over `plan` through `pipeline`: one task per partition, pointing into
+// the request's input and output; task ids are taken from *next_task_id on.
+std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const TensorPlan& plan,
+                                         const Pipeline* pipeline, uint64_t* next_task_id);
+
 }  // namespace byteps::worker

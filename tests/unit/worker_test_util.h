@@ -41,30 +41,15 @@ inline std::unique_ptr<TensorPlan> MakePlan(const std::string& name, uint32_t dk
 inline std::shared_ptr<Operation> MakeOp(const TensorPlan& plan, const Pipeline& pipeline, const void* in, void* out,
                                          int priority = 0, bool average = false) {
   static uint64_t next_id = 1;
-  auto op = std::make_shared<Operation>();
-  op->request.name = plan.name;
-  op->request.input = in;
-  op->request.output = out;
-  op->request.bytes = plan.bytes;
-  op->request.dtype = plan.dtype;
-  op->request.priority = priority;
-  op->request.average = average;
-  op->plan = &plan;
-  op->pipeline = &pipeline;
-  op->parts.resize(plan.partitions.size());
-  for (size_t i = 0; i < op->parts.size(); ++i) {
-    const PartitionPlan& pp = plan.partitions[i];
-    PartitionTask& t = op->parts[i];
-    t.id = next_id++;
-    t.op = op.get();
-    t.part = i;
-    t.key = pp.key;
-    t.server = pp.server;
-    t.offset = pp.range.offset;
-    t.len = pp.range.length;
-    t.src = static_cast<const uint8_t*>(in) + pp.range.offset;
-    t.dst = static_cast<uint8_t*>(out) + pp.range.offset;
-  }
+  TensorRequest r;
+  r.name = plan.name;
+  r.input = in;
+  r.output = out;
+  r.bytes = plan.bytes;
+  r.dtype = plan.dtype;
+  r.priority = priority;
+  r.average = average;
+  auto op = MakeOperation(r, plan, &pipeline, &next_id);
   op->remaining = op->parts.size();
   op->part_done.assign(op->parts.size(), false);
   return op;

@@ -1,0 +1,28 @@
+#include "worker/partition_task.h"
+
+namespace byteps::worker {
+
+std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const TensorPlan& plan,
+                                         const Pipeline* pipeline, uint64_t* next_task_id) {
+  auto op = std::make_shared<Operation>();
+  op->request = request;
+  op->plan = &plan;
+  op->pipeline = pipeline;
+  op->parts.resize(plan.partitions.size());
+  for (size_t i = 0; i < op->parts.size(); ++i) {
+    const PartitionPlan& pp = plan.partitions[i];
+    PartitionTask& t = op->parts[i];
+    t.id = (*next_task_id)++;
+    t.op = op.get();
+    t.part = i;
+    t.key = pp.key;
+    t.server = pp.server;
+    t.offset = pp.range.offset;
+    t.len = pp.range.length;
+    t.src = static_cast<const uint8_t*>(request.input) + pp.range.offset;
+    t.dst = static_cast<uint8_t*>(request.output) + pp.range.offset;
+  }
+  return op;
+}
+
+}  // namespace byteps::worker

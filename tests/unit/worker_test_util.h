@@ -40,6 +40,7 @@ inline std::unique_ptr<TensorPlan> MakePlan(const std::string& name, uint32_t dk
 // An operation over `plan` from `in` to `out`, through `pipeline`, with task ids from `next_id`.
 inline std::shared_ptr<Operation> MakeOp(const TensorPlan& plan, const Pipeline& pipeline, const void* in, void* out,
                                          int priority = 0, bool average = false) {
+  static std::mutex id_mu;  // tests make operations from several threads
   static uint64_t next_id = 1;
   TensorRequest r;
   r.name = plan.name;
@@ -49,7 +50,11 @@ inline std::shared_ptr<Operation> MakeOp(const TensorPlan& plan, const Pipeline&
   r.dtype = plan.dtype;
   r.priority = priority;
   r.average = average;
-  auto op = MakeOperation(r, plan, &pipeline, &next_id);
+  std::shared_ptr<Operation> op;
+  {
+    std::lock_guard<std::mutex> lock(id_mu);
+    op = MakeOperation(r, plan, &pipeline, &next_id);
+  }
   op->remaining = op->parts.size();
   op->part_done.assign(op->parts.size(), false);
   return op;

@@ -44,11 +44,14 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
     if (!raw->failure_.ok()) return raw->failure_;
     if (!all) {
       std::string missing;
+      int count = 0;
       for (int i = 0; i < options.local_size - 1; ++i)
-        if (!raw->peers_.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+        if (!raw->peers_.count(i)) missing += (count++ ? ", " : "") + std::to_string(i);
       return DeadlineExceeded(fmt::format("local root (BYTEPS_LOCAL_RANK={}) waited {:.0f} s (BYTEPS_START_TIMEOUT) "
-                                          "for local ranks {} of BYTEPS_LOCAL_SIZE={} on this host",
-                                          options.local_rank, timeout, missing, options.local_size));
+                                          "for local rank{} {} of BYTEPS_LOCAL_SIZE={} on this host, which never "
+                                          "connected (did that process start, or die?)",
+                                          options.local_rank, timeout, count == 1 ? "" : "s", missing,
+                                          options.local_size));
     }
     return r;
   }

@@ -387,5 +387,27 @@ TEST(LocalReducerTest, RootFailureReachesTheNonRootsWithItsCause) {
             std::string::npos) << st.ToString();
 }
 
+// A local process that never connects (it died before, or never started) is named by its local
+// rank, singular or plural as it is.
+TEST(LocalReducerTest, ARootWhoseLocalRankNeverConnectsNamesIt) {
+  LocalOptions o;
+  o.local_size = 2;
+  o.local_rank = 1;
+  o.job = "lonely" + std::to_string(getpid());
+  o.start_timeout_s = 0.2;
+  auto root = LocalReducer::Start(o, nullptr);
+  ASSERT_FALSE(root.ok());
+  EXPECT_EQ(root.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(root.status().message().find("for local rank 0 of BYTEPS_LOCAL_SIZE=2 on this host, which never connected"),
+            std::string::npos)
+      << root.status().message();
+  o.local_size = 3;
+  o.local_rank = 2;
+  auto root3 = LocalReducer::Start(o, nullptr);
+  ASSERT_FALSE(root3.ok());
+  EXPECT_NE(root3.status().message().find("for local ranks 0, 1 of BYTEPS_LOCAL_SIZE=3"), std::string::npos)
+      << root3.status().message();
+}
+
 }  // namespace
 }  // namespace byteps::worker

@@ -55,6 +55,17 @@ def require_core() -> None:
         pytest.skip(reason)
 
 
+def wait_until_polled_done(bps, handles, timeout: float = 30.0) -> None:
+    """Polls every handle until each reports done. Completion is asynchronous even in one process
+    (the dispatch thread runs the copy-out stage), so a handle may not be done right after the call
+    that started it; each must become done on its own, without a synchronize()."""
+    deadline = time.monotonic() + timeout
+    pending = set(handles)
+    while pending and time.monotonic() < deadline:
+        pending = {h for h in pending if not bps.poll(h)}
+    assert not pending, f"{len(pending)} of {len(handles)} handles never reported done by poll()"
+
+
 def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     """A hermetic environment for a byteps child process, with short timeouts."""
     return hermetic_env({**DEFAULT_JOB_ENV, **(extra or {})})

@@ -11,7 +11,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import PYTHON, PYTHON_DIR, job_env
+from conftest import PYTHON, PYTHON_DIR, job_env, wait_until_polled_done
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
@@ -70,7 +70,7 @@ def test_async_poll_synchronize(bps):
     arrays = [np.full(n, n, np.float32) for n in range(1, 40)]
     handles = [bps.push_pull_async(a, name=f"async.{i}", priority=i % 3) for i, a in enumerate(arrays)]
     assert len(set(handles)) == len(handles) and all(h > 0 for h in handles)
-    assert all(bps.poll(h) for h in handles)  # non-distributed: finished at once
+    wait_until_polled_done(bps, handles)
     for h, a in zip(reversed(handles), reversed(arrays)):
         np.testing.assert_array_equal(bps.synchronize(h, timeout=5), a)
     with pytest.raises(ValueError, match="unknown byteps handle"):

@@ -232,8 +232,8 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
     std::vector<uint8_t> buf(std::max(o.max_bytes, esize), 0);
     nlohmann::json rows = nlohmann::json::array();
     if (e.rank() == 0) {
-      fmt::print("# byteps bench: {} workers, {} servers, partition {} B, credit {}, dtype {}\n", n,
-                 config.num_servers, config.partition_bytes, config.scheduling_credit, o.dtype);
+      fmt::print("# byteps bench: {} workers, {} servers, partition {} B, credit {} B, dtype {}\n", n,
+                 config.num_servers, e.partition_bytes(), e.credit_bytes(), o.dtype);
       fmt::print("{:>10} {:>12} {:>6} {:>12} {:>10} {:>10}\n", "size", "count", "iters", "time_us", "algbw_GBps",
                  "busbw_GBps");
     }
@@ -276,7 +276,8 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
     }
     if (e.rank() == 0) {
       Emit(nlohmann::json{{"mode", "sweep"}, {"workers", n}, {"servers", config.num_servers},
-                          {"partition_bytes", config.partition_bytes}, {"dtype", o.dtype}, {"rows", rows}},
+                          {"partition_bytes", e.partition_bytes()}, {"credit_bytes", e.credit_bytes()},
+                          {"settings", e.settings_report()}, {"dtype", o.dtype}, {"rows", rows}},
            o);
     }
   }

@@ -127,6 +127,8 @@ StatusOr<Config> Load(const Environment& env) {
     return InvalidArgument(joined);
   }
   ApplyVerbose(c);
+  c.partition_bytes_pinned = Lookup(env, "BYTEPS_PARTITION_BYTES") != nullptr;
+  c.scheduling_credit_pinned = Lookup(env, "BYTEPS_SCHEDULING_CREDIT") != nullptr;
   BYTEPS_RETURN_IF_ERROR(Validate(c));
   return c;
 }

@@ -133,6 +133,11 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_SCHEDULING_CREDIT", "int", "partitions in flight per worker; 0: no cap",
      [](const Arg& a, Config& c) { return SetInt(a, 0, kIntMax, c.scheduling_credit); },
      [](const Config& c) { return fmt::to_string(c.scheduling_credit); }},
+    {"BYTEPS_AUTOTUNE", "bool",
+     "worker 0 probes the network at start-up and picks the partition size and credit for every "
+     "worker (docs/performance.md); values set explicitly are kept",
+     [](const Arg& a, Config& c) { return SetBool(a, c.autotune); },
+     [](const Config& c) { return fmt::to_string(c.autotune ? 1 : 0); }},
     {"BYTEPS_FORCE_DISTRIBUTED", "bool", "use the scheduler and servers even with one worker",
      [](const Arg& a, Config& c) { return SetBool(a, c.force_distributed); },
      [](const Config& c) { return fmt::to_string(c.force_distributed ? 1 : 0); }},

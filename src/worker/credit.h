@@ -20,6 +20,8 @@ class Credit {
 
   size_t in_flight() const { return in_flight_; }
   size_t limit() const { return limit_; }
+  // A new cap for later acquisitions; what is in flight stays (it is released as usual).
+  void set_limit(size_t limit_bytes) { limit_ = limit_bytes; }
 
  private:
   size_t limit_;

@@ -53,6 +53,14 @@ void DispatchLoop::FailAll(const Status& failure) {
   cv_.notify_one();
 }
 
+void DispatchLoop::SetCredit(size_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    credit_ = bytes;
+  }
+  cv_.notify_one();
+}
+
 void DispatchLoop::Finished(PartitionTask* task, const Status& status) {
   on_finished_(task, status);
   auto it = live_.find(task->op);
@@ -64,18 +72,23 @@ void DispatchLoop::Loop() {
   std::vector<std::shared_ptr<Operation>> submitted;
   std::vector<std::pair<PartitionTask*, Status>> completed;
   std::vector<Status> failures;
+  std::optional<size_t> credit;
   std::optional<Dispatcher::Clock::time_point> wake;
   for (bool last = false; !last;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto ready = [&] { return stop_ || !submitted_.empty() || !completed_.empty() || !failures_.empty(); };
+      auto ready = [&] {
+        return stop_ || !submitted_.empty() || !completed_.empty() || !failures_.empty() || credit_.has_value();
+      };
       if (wake) cv_.wait_until(lock, *wake, ready);
       else cv_.wait(lock, ready);
       last = stop_;
       submitted.swap(submitted_);
       completed.swap(completed_);
       failures.swap(failures_);
+      credit = std::exchange(credit_, std::nullopt);
     }
+    if (credit) core_.SetCredit(*credit);
     const auto now = Dispatcher::Clock::now();
     // Completions first: they free credit and rounds for what was submitted after them.
     for (auto& [task, st] : completed) core_.Complete(task, st, now);

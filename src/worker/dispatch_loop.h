@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -39,6 +40,9 @@ class DispatchLoop : public StageSink {
   void Submit(std::shared_ptr<Operation> op);
   void Complete(PartitionTask* task, const Status& status) override;
   void FailAll(const Status& failure);
+  // A new credit (bytes in flight; 0 = no cap), applied on the dispatcher thread before its next
+  // pass: tasks already started keep theirs.
+  void SetCredit(size_t bytes);
 
  private:
   void Loop();
@@ -54,6 +58,7 @@ class DispatchLoop : public StageSink {
   std::vector<std::shared_ptr<Operation>> submitted_;            // guarded by mu_
   std::vector<std::pair<PartitionTask*, Status>> completed_;     // guarded by mu_
   std::vector<Status> failures_;                                 // guarded by mu_
+  std::optional<size_t> credit_;                                 // guarded by mu_
   bool stop_ = false;                                            // guarded by mu_
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // set before the thread runs anything

@@ -58,6 +58,9 @@ class Dispatcher {
   std::optional<Clock::time_point> Run(Clock::time_point now);
 
   size_t credit_in_flight() const { return credit_.in_flight(); }
+  size_t credit_limit() const { return credit_.limit(); }
+  // A new credit (0 = no cap) for the tasks started from now on (the autotuner).
+  void SetCredit(size_t bytes) { credit_.set_limit(bytes); }
   size_t waiting_for_round() const { return rounds_.waiting(); }
 
  private:

@@ -34,7 +34,9 @@ std::string JobToken(const config::Config& c) {
 Engine::Engine(const config::Config& config)
     : config_(config),
       handles_(std::make_unique<HandleTable>()),
-      assigner_(std::make_unique<KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)) {}
+      assigner_(std::make_unique<KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)),
+      partition_bytes_(config.partition_bytes),
+      credit_bytes_(static_cast<size_t>(config.scheduling_credit) * config.partition_bytes) {}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
   if (config.role != config::Role::kWorker) {
@@ -54,6 +56,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
     }
   }
   e->StartPipeline();
+  if (config.distributed()) BYTEPS_RETURN_IF_ERROR(e->TuneAtStart());
   return e;
 }
 
@@ -96,7 +99,7 @@ Status Engine::Connect() {
 
 void Engine::StartPipeline() {
   Dispatcher::Options d;
-  d.credit_bytes = static_cast<size_t>(config_.scheduling_credit) * config_.partition_bytes;
+  d.credit_bytes = credit_bytes_;
   auto loop = std::make_unique<DispatchLoop>(
       d, [this](PartitionTask* t, const Status& st) { handles_->PartDone(*t->op, t->part, st); });
   PipelineContext pc;

@@ -51,6 +51,11 @@ class Engine {
   int local_size() const { return config_.local_size; }
   bool distributed() const { return config_.distributed(); }
   const config::Config& config() const { return config_; }
+  // The partition size and credit in use, each with why ("" before a distributed start).
+  const std::string& settings_report() const { return settings_report_; }
+  // What push_pull uses (the configured values, or what the start-up tuning chose).
+  size_t partition_bytes() const { return partition_bytes_; }
+  size_t credit_bytes() const { return credit_bytes_; }  // 0: no cap
 
   // Declares `name` (same order on every worker). With a size, places its partitions now
   // (byte-balanced over servers).
@@ -69,6 +74,7 @@ class Engine {
   Status StartLocal();
   Status Connect();
   void StartPipeline();
+  Status TuneAtStart();  // engine_tuning.cc
   void FailAll(const Status& st);
 
   config::Config config_;
@@ -86,6 +92,9 @@ class Engine {
   std::unique_ptr<KeyAssigner> assigner_;  // guarded by plan_mu_
   uint64_t next_task_ = 1;    // guarded by plan_mu_
 
+  std::string settings_report_;  // these three: written once in Start
+  size_t partition_bytes_ = 0;
+  size_t credit_bytes_ = 0;
   mutable std::mutex mu_;
   Status failure_;          // guarded by mu_
   bool shut_down_ = false;  // guarded by mu_

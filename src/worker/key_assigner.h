@@ -50,6 +50,9 @@ class KeyAssigner {
   // different size or dtype is an InvalidArgument error naming the tensor.
   StatusOr<const TensorPlan*> Plan(const std::string& name, size_t bytes, DataType dtype);
   const std::vector<uint64_t>& server_loads() const { return loads_; }
+  // The partition size of tensors planned from now on (plans made already keep theirs).
+  void set_partition_bytes(size_t bytes) { partition_bytes_ = bytes; }
+  size_t partition_bytes() const { return partition_bytes_; }
 
  private:
   StatusOr<TensorPlan*> MakePlan(uint32_t declared_key, const std::string& name, size_t bytes, DataType dtype,

@@ -1,0 +1,63 @@
+// Start-up tuning: every worker of a job runs AgreeOnSettings once, right after it joined, before
+// its first push_pull. Worker 0 probes the network with a few push_pulls that all workers make
+// together, derives the partition size and the credit from the settings model, and the others
+// learn its decision through one more push_pull in which worker 0 contributes the values and
+// everyone else zeros (so the sum is worker 0's decision, exact, over the same reliable path as
+// any tensor, local non-root processes included). The partition size fixes the key layout, so
+// everyone applies worker 0's; a worker whose own BYTEPS_PARTITION_BYTES differs fails with an
+// error naming both values instead of summing mismatched partitions. The credit is each worker's
+// own: a worker that set BYTEPS_SCHEDULING_CREDIT keeps its value.
+//
+// Sequence (the same on every worker, decided only by worker 0's plan, so nobody waits for a
+// push_pull the others skip):
+//   __byteps.tune.plan      int64[4]  worker 0: {version, probe?, partition bytes, 0}
+//   (probe only) __byteps.tune.rtt int64[1] x 4, __byteps.tune.bw.small 1 MiB x 2,
+//                __byteps.tune.bw.large 8 MiB x 1   (partitions of kProbePartitionBytes)
+//   (probe only) __byteps.tune.settings int64[4]  worker 0: {version, partition, credit, goodput}
+// Threading: runs on the thread that starts the engine; the collective's calls block.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "worker/tuning/settings_model.h"
+
+namespace byteps::worker::tuning {
+
+inline constexpr size_t kProbePartitionBytes = 128u << 10;
+inline constexpr size_t kProbeSmallBytes = 1u << 20;
+inline constexpr size_t kProbeLargeBytes = 8u << 20;
+
+// What the procedure runs on: an in-place push_pull that blocks until the sum is back.
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  virtual Status PushPull(const std::string& name, void* data, size_t bytes, DataType dtype) = 0;
+  // The partition size for tensors planned from now on.
+  virtual void SetPartitionBytes(size_t bytes) = 0;
+};
+
+struct StartupOptions {
+  bool is_rank0 = false;
+  bool autotune = true;             // BYTEPS_AUTOTUNE (worker 0's counts)
+  size_t partition_bytes = 0;       // this worker's configured value
+  bool partition_pinned = false;    // set explicitly: never changed, must match worker 0's
+  int credit_partitions = 0;        // this worker's configured credit in partitions (0: no cap)
+  bool credit_pinned = false;
+  ModelInputs model;
+};
+
+struct StartupOutcome {
+  bool probed = false;
+  LinkEstimate link;  // worker 0's measurement (as it sent it); zero when not probed
+  Choice partition_bytes;
+  Choice credit_bytes;
+};
+
+// Runs the sequence above. Errors: a push_pull failing (its status), a disagreement (the
+// partition size, or two workers both acting as worker 0), or a version mismatch.
+StatusOr<StartupOutcome> AgreeOnSettings(Collective& collective, const StartupOptions& options);
+
+}  // namespace byteps::worker::tuning

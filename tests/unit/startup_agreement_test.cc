@@ -1,0 +1,231 @@
+// Start-up agreement (src/worker/tuning/startup_agreement.h): several workers, each on its own
+// thread, run AgreeOnSettings against a fake collective that sums their contributions the way the
+// servers do (per tensor name and round, released once every worker has contributed).
+#include "worker/tuning/startup_agreement.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace byteps::worker::tuning {
+namespace {
+
+// The "servers": element-wise int64 / float32 sums per (name, round).
+class FakeServers {
+ public:
+  explicit FakeServers(int workers) : workers_(workers) {}
+
+  Status PushPull(int worker, const std::string& name, void* data, size_t bytes, DataType dtype) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (fail_name_ == name) return Unavailable("server 0 (fake) is gone");
+    const int round = ++rounds_[{worker, name}];
+    Slot& s = slots_[{name, round}];
+    if (s.sum.empty()) s.sum.assign(bytes, 0);
+    if (dtype == DataType::kInt64) {
+      for (size_t i = 0; i < bytes / 8; ++i) {
+        int64_t a, b;
+        std::memcpy(&a, s.sum.data() + 8 * i, 8);
+        std::memcpy(&b, static_cast<char*>(data) + 8 * i, 8);
+        a += b;
+        std::memcpy(s.sum.data() + 8 * i, &a, 8);
+      }
+    }  // float32 probes carry zeros; their sum stays zero
+    ++s.arrived;
+    names_.push_back(name);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return s.arrived == workers_; });
+    std::memcpy(data, s.sum.data(), bytes);
+    return Status::Ok();
+  }
+
+  std::vector<std::string> names() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return names_;
+  }
+  void FailOn(const std::string& name) { fail_name_ = name; }
+
+ private:
+  struct Slot {
+    std::vector<char> sum;
+    int arrived = 0;
+  };
+  const int workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, std::string>, int> rounds_;
+  std::map<std::pair<std::string, int>, Slot> slots_;
+  std::vector<std::string> names_;
+  std::string fail_name_;
+};
+
+class FakeCollective : public Collective {
+ public:
+  FakeCollective(FakeServers* servers, int worker) : servers_(servers), worker_(worker) {}
+  Status PushPull(const std::string& name, void* data, size_t bytes, DataType dtype) override {
+    return servers_->PushPull(worker_, name, data, bytes, dtype);
+  }
+  void SetPartitionBytes(size_t bytes) override { partitions.push_back(bytes); }
+  std::vector<size_t> partitions;
+
+ private:
+  FakeServers* servers_;
+  int worker_;
+};
+
+StartupOptions Defaults(int worker) {
+  StartupOptions o;
+  o.is_rank0 = worker == 0;
+  o.partition_bytes = 4096000;
+  o.model.num_workers = 3;
+  o.model.num_servers = 3;
+  return o;
+}
+
+struct JobRun {
+  std::vector<StatusOr<StartupOutcome>> outcomes;
+  std::vector<std::vector<size_t>> partitions;
+  std::vector<std::string> names;
+};
+
+JobRun RunJob(std::vector<StartupOptions> options, const std::string& fail_on = "") {
+  FakeServers servers(static_cast<int>(options.size()));
+  servers.FailOn(fail_on);
+  std::vector<FakeCollective> collectives;
+  for (size_t w = 0; w < options.size(); ++w) collectives.emplace_back(&servers, static_cast<int>(w));
+  JobRun run;
+  run.outcomes.assign(options.size(), StatusOr<StartupOutcome>(Internal("not run")));
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < options.size(); ++w) {
+    threads.emplace_back([&, w] { run.outcomes[w] = AgreeOnSettings(collectives[w], options[w]); });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& c : collectives) run.partitions.push_back(c.partitions);
+  run.names = servers.names();
+  return run;
+}
+
+TEST(StartupAgreementTest, EveryWorkerAppliesWorkerZerosDecision) {
+  JobRun run = RunJob({Defaults(0), Defaults(1), Defaults(2)});
+  ASSERT_TRUE(run.outcomes[0].ok()) << run.outcomes[0].status().message();
+  const StartupOutcome& zero = run.outcomes[0].value();
+  EXPECT_TRUE(zero.probed);
+  EXPECT_GT(zero.link.goodput_Bps, 0);
+  for (size_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(run.outcomes[w].ok()) << w << ": " << run.outcomes[w].status().message();
+    const StartupOutcome& o = run.outcomes[w].value();
+    EXPECT_EQ(o.partition_bytes.value, zero.partition_bytes.value) << w;
+    EXPECT_EQ(o.credit_bytes.value, zero.credit_bytes.value) << w;
+    // The probe's partitions first, then the agreed size, on every worker.
+    EXPECT_EQ(run.partitions[w], (std::vector<size_t>{kProbePartitionBytes, zero.partition_bytes.value})) << w;
+  }
+  EXPECT_EQ(zero.partition_bytes.reason.find("sqrt"), 0u) << zero.partition_bytes.reason;
+  EXPECT_EQ(run.outcomes[1].value().partition_bytes.reason, "worker 0's start-up probe");
+}
+
+TEST(StartupAgreementTest, WorkerZeroWithAutotuneOffSkipsTheProbeForEveryone) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1), Defaults(2)};
+  o[0].autotune = false;
+  o[0].credit_partitions = 4;
+  o[1].credit_partitions = 2;
+  JobRun run = RunJob(o);
+  EXPECT_EQ(run.names, (std::vector<std::string>(3, "__byteps.tune.plan")));
+  for (size_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(run.outcomes[w].ok()) << run.outcomes[w].status().message();
+    EXPECT_FALSE(run.outcomes[w].value().probed);
+    EXPECT_EQ(run.outcomes[w].value().partition_bytes.value, 4096000u);
+  }
+  EXPECT_EQ(run.outcomes[0].value().credit_bytes.value, 4u * 4096000);  // each its own credit
+  EXPECT_EQ(run.outcomes[1].value().credit_bytes.value, 2u * 4096000);
+}
+
+TEST(StartupAgreementTest, APinnedPartitionIsNeverChanged) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1)};
+  for (auto& x : o) {
+    x.partition_bytes = 300000;
+    x.partition_pinned = true;
+  }
+  JobRun run = RunJob(o);
+  for (size_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(run.outcomes[w].ok()) << run.outcomes[w].status().message();
+    EXPECT_TRUE(run.outcomes[w].value().probed);  // the credit is still derived
+    EXPECT_EQ(run.outcomes[w].value().partition_bytes.value, 300000u);
+    EXPECT_EQ(run.partitions[w].back(), 300000u);
+  }
+  EXPECT_EQ(run.outcomes[0].value().partition_bytes.reason, "set by BYTEPS_PARTITION_BYTES");
+}
+
+TEST(StartupAgreementTest, APinnedCreditIsKeptByItsWorker) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1)};
+  o[1].credit_partitions = 4;
+  o[1].credit_pinned = true;
+  JobRun run = RunJob(o);
+  ASSERT_TRUE(run.outcomes[1].ok());
+  const StartupOutcome& one = run.outcomes[1].value();
+  EXPECT_EQ(one.credit_bytes.value, 4 * one.partition_bytes.value);
+  EXPECT_NE(one.credit_bytes.reason.find("BYTEPS_SCHEDULING_CREDIT"), std::string::npos);
+  EXPECT_NE(run.outcomes[0].value().credit_bytes.value, one.credit_bytes.value);
+}
+
+TEST(StartupAgreementTest, EverythingPinnedOnWorkerZeroMeansNoProbe) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1)};
+  for (auto& x : o) {
+    x.partition_bytes = 262144;
+    x.partition_pinned = x.credit_pinned = true;
+    x.credit_partitions = 8;
+  }
+  JobRun run = RunJob(o);
+  EXPECT_EQ(run.names.size(), 2u);  // the plan only
+  for (auto& r : run.outcomes) {
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r.value().partition_bytes.value, 262144u);
+    EXPECT_EQ(r.value().credit_bytes.value, 8u * 262144);
+  }
+}
+
+TEST(StartupAgreementTest, WorkersThatDisagreeOnThePartitionSizeFailWithBothValues) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1), Defaults(2)};
+  o[2].partition_bytes = 65536;
+  o[2].partition_pinned = true;
+  JobRun run = RunJob(o);
+  EXPECT_TRUE(run.outcomes[0].ok());
+  ASSERT_FALSE(run.outcomes[2].ok());
+  const std::string& m = run.outcomes[2].status().message();
+  EXPECT_NE(m.find("BYTEPS_PARTITION_BYTES=65536"), std::string::npos) << m;
+  EXPECT_NE(m.find(std::to_string(run.outcomes[0].value().partition_bytes.value)), std::string::npos) << m;
+  EXPECT_TRUE(run.partitions[2].empty() || run.partitions[2].back() == kProbePartitionBytes)
+      << "the worker that disagrees never applies a partition size";
+}
+
+TEST(StartupAgreementTest, TwoWorkersActingAsWorkerZeroIsANamedError) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(0)};
+  JobRun run = RunJob(o);
+  for (auto& r : run.outcomes) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("several workers act as worker 0"), std::string::npos)
+        << r.status().message();
+  }
+}
+
+TEST(StartupAgreementTest, NoWorkerZeroIsANamedError) {
+  JobRun run = RunJob({Defaults(1), Defaults(2)});
+  for (auto& r : run.outcomes) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("no worker acts as worker 0"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(StartupAgreementTest, AFailedProbeIsTheError) {
+  JobRun run = RunJob({Defaults(0), Defaults(1)}, "__byteps.tune.bw.large");
+  for (auto& r : run.outcomes) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("server 0 (fake) is gone"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace byteps::worker::tuning

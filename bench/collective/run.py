@@ -90,6 +90,9 @@ MPI_RING = ["--mca", "coll_tuned_use_dynamic_rules", "1",
 # 1 Gbit/s: 64 MiB 87 % -> 95 % of the ring model, 4 MiB 59 % -> 83 %).
 MPI_YIELD = ["--mca", "mpi_yield_when_idle", "1"]
 EXTRA_COLUMNS = [("est_s", "est_s", "{:.4f}"), ("pct_est", "%est", "{:.1f}")]
+# Deadlines every byteps job of this runner gets; ``args.byteps_job_env`` replaces them (the
+# sweep, bench/sweep, passes {} to measure the core with no BYTEPS_* variable at all).
+BYTEPS_JOB_ENV = {"BYTEPS_START_TIMEOUT": "60", "BYTEPS_TIMEOUT": "120"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,7 +387,7 @@ def run_byteps(tb, cfg: Config, sizes: list[int], iters: list[int], args, raw: P
     sweep_iters = byteps_iters_arg(sizes, iters)
     jobs = ([(sizes, sweep_iters, factor)] if factor and sweep_iters is not None
             else [([m], it, 2) for m, it in zip(sizes, iters)])
-    env = {"BYTEPS_START_TIMEOUT": "60", "BYTEPS_TIMEOUT": "120", **args.byteps_env}
+    env = {**getattr(args, "byteps_job_env", BYTEPS_JOB_ENV), **args.byteps_env}
     results: dict[int, dict] = {}
     transcript = []
     for j, (group, it, step) in enumerate(jobs):

@@ -57,6 +57,8 @@ Status Engine::TuneAtStart() {
   o.model.num_workers = config_.num_workers;
   o.model.num_servers = config_.num_servers;
   o.model.max_partition_bytes = std::min<size_t>(o.model.max_partition_bytes, config_.max_message_bytes / 2);
+  // BYTEPS_MAX_MESSAGE_BYTES below the largest candidate: the probe's candidates must fit too.
+  if (o.model.max_partition_bytes < tuning::kProbeCandidates.back()) o.autotune = false;
   EngineCollective collective(this, &plan_mu_, assigner_.get());
   auto outcome = tuning::AgreeOnSettings(collective, o);
   if (!outcome.ok()) return outcome.status().WithContext("start-up tuning");
@@ -67,7 +69,10 @@ Status Engine::TuneAtStart() {
   settings_report_ = fmt::format(
       "partition {} bytes: {}; credit {} bytes{}: {}{}", t.partition_bytes.value, t.partition_bytes.reason,
       t.credit_bytes.value, t.credit_bytes.value == 0 ? " (no cap)" : "", t.credit_bytes.reason,
-      t.probed ? fmt::format("; probe by worker 0: {:.0f} Mbit/s", t.link.goodput_Bps * 8 / 1e6) : "");
+      t.probed ? fmt::format("; probe by worker 0: B {:.0f} Mbit/s{}", t.link.goodput_Bps * 8 / 1e6,
+                             t.probe_times.empty() ? "" : fmt::format(", R {:.2f} ms, 4 MiB in partitions of {}",
+                                                                      t.link.rtt_s * 1e3, t.probe_times))
+               : "");
   BYTEPS_LOG(Info, "settings: {}", settings_report_);
   return Status::Ok();
 }

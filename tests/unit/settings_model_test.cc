@@ -1,12 +1,17 @@
-// The settings model (src/worker/tuning/settings_model.h) on synthetic link measurements.
+// The settings model (src/worker/tuning/settings_model.h) and the probe's pick, on synthetic
+// measurements.
 #include "worker/tuning/settings_model.h"
 
 #include <gtest/gtest.h>
+
+#include "worker/tuning/startup_agreement.h"
 
 namespace byteps::worker::tuning {
 namespace {
 
 constexpr double kGbit = 1e9 / 8 * 0.956;  // TCP goodput of a 1 Gbit/s link, bytes/s
+constexpr size_t kKiB = 1u << 10;
+constexpr size_t kMiB = 1u << 20;
 
 DerivedSettings At(double goodput, double rtt_s, int n = 4, int k = 4) {
   ModelInputs in;
@@ -15,17 +20,16 @@ DerivedSettings At(double goodput, double rtt_s, int n = 4, int k = 4) {
   return Derive({goodput, rtt_s}, in);
 }
 
-TEST(SettingsModelTest, ASlowLinkPicksSmallPartitions) {
-  EXPECT_EQ(At(0.1 * kGbit, 1e-4).partition_bytes.value, 64u << 10);  // clamped at the floor
-  EXPECT_EQ(At(kGbit, 1e-4).partition_bytes.value, 128u << 10);
-  EXPECT_EQ(At(2.5 * kGbit, 1e-4).partition_bytes.value, 256u << 10);
-  EXPECT_EQ(At(100 * kGbit, 1e-5).partition_bytes.value, 2u << 20);
-  EXPECT_EQ(At(1000 * kGbit, 1e-5).partition_bytes.value, 4u << 20);  // clamped at the ceiling
-}
-
-TEST(SettingsModelTest, PartitionGrowsWithBandwidth) {
+TEST(SettingsModelTest, ASlowLinkPicksSmallPartitionsAFastOneLargeOnes) {
+  // sqrt(16 MiB * 100 us * B / 2)
+  EXPECT_EQ(At(0.1 * kGbit, 1e-4).partition_bytes.value, 128 * kKiB);  // 100 KB
+  EXPECT_EQ(At(0.6 * kGbit, 1e-4).partition_bytes.value, 256 * kKiB);  // what 4 x 4 on 1 Gbit/s measures: 245 KB
+  EXPECT_EQ(At(kGbit, 1e-4).partition_bytes.value, 256 * kKiB);        // 316 KB
+  EXPECT_EQ(At(8 * kGbit, 1e-4).partition_bytes.value, 1 * kMiB);      // loopback, 1 worker + 1 server: 895 KB
+  EXPECT_EQ(At(100 * kGbit, 1e-5).partition_bytes.value, 4 * kMiB);    // RDMA: 3.2 MB, BytePS's 4096000
+  EXPECT_EQ(At(0.001 * kGbit, 1e-4).partition_bytes.value, 64 * kKiB);  // the floor
   size_t last = 0;
-  for (double g = 1e6; g < 1e12; g *= 1.7) {
+  for (double g = 1e6; g < 1e12; g *= 1.3) {
     const size_t p = At(g, 1e-4).partition_bytes.value;
     EXPECT_GE(p, last) << g;
     EXPECT_EQ(p & (p - 1), 0u) << "a power of two: " << p;
@@ -33,47 +37,48 @@ TEST(SettingsModelTest, PartitionGrowsWithBandwidth) {
   }
 }
 
+TEST(SettingsModelTest, GoodputIsTheBestLowerBoundOfTheProbesRuns) {
+  // 4 MiB in 256 KiB partitions in 40 ms after a 1 ms round trip: (4 MiB + 256 KiB) / 39 ms.
+  const double b = GoodputFromProbe({0.040, 0.075, 0.110}, 0.001);
+  EXPECT_NEAR(b, (4.25 * kMiB) / 0.039, 1);
+  // Loopback: one 4 MiB partition (push, then pull) in 3.4 ms is the best bound.
+  EXPECT_NEAR(GoodputFromProbe({0.0049, 0.0026, 0.0034}, 0.0001), (8.0 * kMiB) / 0.0033, 1);
+  // A round trip as long as a run: each run still counts half its time as wire.
+  EXPECT_NEAR(GoodputFromProbe({0.010, 0.010, 0.010}, 0.010), (8.0 * kMiB) / 0.005, 1);
+}
+
 TEST(SettingsModelTest, AHighBandwidthDelayProductPicksALargeCredit) {
-  const DerivedSettings lan = At(kGbit, 1e-4);
-  const DerivedSettings wan = At(kGbit, 50e-3);  // 50 ms: BDP 2 * 120 MB/s * 50 ms = 11.9 MB
-  EXPECT_GE(wan.credit_bytes.value, static_cast<size_t>(2 * kGbit * 50e-3));
-  EXPECT_GT(wan.credit_bytes.value, 4 * lan.credit_bytes.value);
+  const DerivedSettings lan = At(kGbit, 1e-4);   // 4 * 4 * 256 KiB = 4 MiB
+  const DerivedSettings wan = At(kGbit, 50e-3);  // 2 * 120 MB/s * 50 ms = 11.9 MB
+  EXPECT_EQ(lan.credit_bytes.value, 4 * kMiB);
+  EXPECT_EQ(wan.credit_bytes.value, static_cast<size_t>(2 * kGbit * 50e-3));
   EXPECT_NE(wan.credit_bytes.reason.find("2 B R"), std::string::npos) << wan.credit_bytes.reason;
 }
 
 TEST(SettingsModelTest, CreditCoversEveryServerAndWorkerTwiceOver) {
-  const DerivedSettings four = At(kGbit, 1e-4, 4, 4);
-  const DerivedSettings eight = At(kGbit, 1e-4, 8, 8);
-  EXPECT_EQ(four.credit_bytes.value, 4 * 4 * four.partition_bytes.value);
-  EXPECT_EQ(eight.credit_bytes.value, 4 * 8 * eight.partition_bytes.value);
-  EXPECT_EQ(At(kGbit, 1e-4, 8, 2).credit_bytes.value, eight.credit_bytes.value);  // max(n, k)
-  EXPECT_EQ(At(kGbit, 0, 1, 1).credit_bytes.value, 8 * At(kGbit, 0, 1, 1).partition_bytes.value);  // floor
+  EXPECT_EQ(At(kGbit, 1e-4, 8, 8).credit_bytes.value, 8 * kMiB);  // 4 * 8 * 256 KiB
+  EXPECT_EQ(At(kGbit, 1e-4, 8, 2).credit_bytes.value, 8 * kMiB);  // max(n, k)
+  EXPECT_EQ(At(kGbit, 1e-4, 2, 8).credit_bytes.value, 8 * kMiB);
+  EXPECT_EQ(At(8 * kGbit, 1e-4, 1, 1).credit_bytes.value, 16 * kMiB);  // never fewer than 16 partitions
 }
 
 TEST(SettingsModelTest, NothingMeasuredKeepsTheFixedDefaultsShape) {
-  const DerivedSettings d = At(0, 0);
-  EXPECT_EQ(d.partition_bytes.value, 4u << 20);
+  const DerivedSettings d = Derive({}, ModelInputs{});
+  EXPECT_EQ(d.partition_bytes.value, 4 * kMiB);
   EXPECT_EQ(d.credit_bytes.value, 0u);
 }
 
-TEST(SettingsModelTest, TheCeilingFollowsTheLargestMessage) {
+TEST(SettingsModelTest, TheLargestMessageCapsThePartition) {
   ModelInputs in;
-  in.max_partition_bytes = 1u << 20;
-  EXPECT_EQ(Derive({1000 * kGbit, 1e-5}, in).partition_bytes.value, 1u << 20);
+  in.max_partition_bytes = 1 * kMiB;
+  EXPECT_EQ(Derive({100 * kGbit, 1e-4}, in).partition_bytes.value, 1 * kMiB);
 }
 
 TEST(SettingsModelTest, ReasonsNameTheInputs) {
   const DerivedSettings d = At(kGbit, 2e-3);
   EXPECT_NE(d.partition_bytes.reason.find("956 Mbit/s"), std::string::npos) << d.partition_bytes.reason;
   EXPECT_NE(d.credit_bytes.reason.find("2.00 ms"), std::string::npos) << d.credit_bytes.reason;
-}
-
-TEST(SettingsModelTest, RoundPartitionRoundsInLogTerms) {
-  EXPECT_EQ(RoundPartition(180e3, 1, 1u << 30), 128u << 10);  // 180 KB is nearer 128 KiB than 256 KiB in log terms
-  EXPECT_EQ(RoundPartition(190e3, 1, 1u << 30), 256u << 10);
-  EXPECT_EQ(RoundPartition(10, 4096, 1u << 20), 4096u);
-  EXPECT_EQ(RoundPartition(1e12, 4096, 1u << 20), 1u << 20);
-  EXPECT_EQ(RoundPartition(-1, 4096, 1u << 20), 1u << 20);
+  EXPECT_NE(d.credit_bytes.reason.find("956 Mbit/s"), std::string::npos) << d.credit_bytes.reason;
 }
 
 }  // namespace

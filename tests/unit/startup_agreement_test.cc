@@ -120,10 +120,15 @@ TEST(StartupAgreementTest, EveryWorkerAppliesWorkerZerosDecision) {
     const StartupOutcome& o = run.outcomes[w].value();
     EXPECT_EQ(o.partition_bytes.value, zero.partition_bytes.value) << w;
     EXPECT_EQ(o.credit_bytes.value, zero.credit_bytes.value) << w;
-    // The probe's partitions first, then the agreed size, on every worker.
-    EXPECT_EQ(run.partitions[w], (std::vector<size_t>{kProbePartitionBytes, zero.partition_bytes.value})) << w;
+    // The probe's candidates (the first also for the round trips), then the agreed size.
+    std::vector<size_t> expected = {kProbeCandidates[0]};
+    for (int r = 0; r < kProbeRuns; ++r) expected.insert(expected.end(), kProbeCandidates.begin(), kProbeCandidates.end());
+    expected.push_back(zero.partition_bytes.value);
+    EXPECT_EQ(run.partitions[w], expected) << w;
   }
   EXPECT_EQ(zero.partition_bytes.reason.find("sqrt"), 0u) << zero.partition_bytes.reason;
+  EXPECT_FALSE(zero.probe_times.empty());
+  EXPECT_TRUE(run.outcomes[1].value().probe_times.empty());
   EXPECT_EQ(run.outcomes[1].value().partition_bytes.reason, "worker 0's start-up probe");
 }
 
@@ -197,7 +202,7 @@ TEST(StartupAgreementTest, WorkersThatDisagreeOnThePartitionSizeFailWithBothValu
   const std::string& m = run.outcomes[2].status().message();
   EXPECT_NE(m.find("BYTEPS_PARTITION_BYTES=65536"), std::string::npos) << m;
   EXPECT_NE(m.find(std::to_string(run.outcomes[0].value().partition_bytes.value)), std::string::npos) << m;
-  EXPECT_TRUE(run.partitions[2].empty() || run.partitions[2].back() == kProbePartitionBytes)
+  EXPECT_TRUE(!run.partitions[2].empty() && run.partitions[2].back() == kProbeCandidates.back())
       << "the worker that disagrees never applies a partition size";
 }
 
@@ -220,7 +225,7 @@ TEST(StartupAgreementTest, NoWorkerZeroIsANamedError) {
 }
 
 TEST(StartupAgreementTest, AFailedProbeIsTheError) {
-  JobRun run = RunJob({Defaults(0), Defaults(1)}, "__byteps.tune.bw.large");
+  JobRun run = RunJob({Defaults(0), Defaults(1)}, "__byteps.tune.p1024");
   for (auto& r : run.outcomes) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("server 0 (fake) is gone"), std::string::npos);

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <vector>
@@ -14,6 +13,9 @@ namespace {
 
 constexpr int64_t kVersion = 1;
 using Vector = std::array<int64_t, 4>;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Worker 0 contributes `mine`, everyone else zeros; everyone gets worker 0's values back.
 StatusOr<Vector> Share(Collective& c, const std::string& name, bool is_rank0, const Vector& mine) {
@@ -23,44 +25,59 @@ StatusOr<Vector> Share(Collective& c, const std::string& name, bool is_rank0, co
   if (v[0] != kVersion) {
     return Precondition(fmt::format(
         "start-up settings ('{}'): expected version {} from worker 0, the sum says {}: {}", name, kVersion, v[0],
-        v[0] == 0 ? "no worker acts as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
-        : v[0] > kVersion
-            ? "several workers act as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
-            : "the workers run different byteps versions"));
+        v[0] == 0        ? "no worker acts as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
+        : v[0] > kVersion ? "several workers act as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
+                          : "the workers run different byteps versions"));
   }
   return v;
 }
 
-StatusOr<double> TimedPushPull(Collective& c, const std::string& name, std::vector<float>& buffer) {
-  const auto t0 = std::chrono::steady_clock::now();
-  BYTEPS_RETURN_IF_ERROR(c.PushPull(name, buffer.data(), buffer.size() * sizeof(float), DataType::kFloat32));
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+Status PushPullZeros(Collective& c, const std::string& name, std::vector<float>& buffer) {
+  return c.PushPull(name, buffer.data(), buffer.size() * sizeof(float), DataType::kFloat32);
 }
 
 // The probe: every worker makes the same push_pulls; the times are this worker's.
-StatusOr<LinkEstimate> Probe(Collective& c) {
-  c.SetPartitionBytes(kProbePartitionBytes);
+StatusOr<LinkEstimate> Probe(Collective& c, std::string* times) {
   LinkEstimate link;
+  c.SetPartitionBytes(kProbeCandidates[0]);
   double rtt = 1e9;
   for (int i = 0; i < 4; ++i) {
     int64_t x = 0;
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = Clock::now();
     BYTEPS_RETURN_IF_ERROR(c.PushPull("__byteps.tune.rtt", &x, sizeof(x), DataType::kInt64));
-    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) rtt = std::min(rtt, t);  // the first also absorbs the workers' skew at start
+    if (i > 0) rtt = std::min(rtt, Since(t0));  // the first also absorbs the workers' skew at start
   }
   link.rtt_s = rtt;
-  std::vector<float> small(kProbeSmallBytes / sizeof(float)), large(kProbeLargeBytes / sizeof(float));
-  BYTEPS_RETURN_IF_ERROR(TimedPushPull(c, "__byteps.tune.bw.small", small).status());  // warms buffers up
-  BYTEPS_ASSIGN_OR_RETURN(double t_small, TimedPushPull(c, "__byteps.tune.bw.small", small));
-  BYTEPS_ASSIGN_OR_RETURN(double t_large, TimedPushPull(c, "__byteps.tune.bw.large", large));
-  // The difference cancels what both pay (round trip, pipeline fill and tail).
-  const double extra = static_cast<double>(kProbeLargeBytes - kProbeSmallBytes);
-  link.goodput_Bps = t_large > t_small ? extra / (t_large - t_small) : kProbeLargeBytes / t_large;
+  std::vector<float> warm(kProbeWarmBytes / sizeof(float)), probe(kProbeBytes / sizeof(float));
+  BYTEPS_RETURN_IF_ERROR(PushPullZeros(c, "__byteps.tune.warm", warm));
+  // Each candidate kProbeRuns times, interleaved; noise only ever adds time, so each keeps its faster run.
+  std::array<double, kProbeCandidates.size()> best;
+  best.fill(1e9);
+  for (int run = 0; run < kProbeRuns; ++run) {
+    for (size_t i = 0; i < kProbeCandidates.size(); ++i) {
+      c.SetPartitionBytes(kProbeCandidates[i]);
+      const auto t0 = Clock::now();
+      BYTEPS_RETURN_IF_ERROR(PushPullZeros(c, fmt::format("__byteps.tune.p{}", kProbeCandidates[i] >> 10), probe));
+      best[i] = std::min(best[i], Since(t0));
+    }
+  }
+  for (size_t i = 0; i < best.size(); ++i) {
+    *times += fmt::format("{}{} KiB {:.2f} ms", i ? ", " : "", kProbeCandidates[i] >> 10, best[i] * 1e3);
+  }
+  link.goodput_Bps = GoodputFromProbe(best, rtt);
   return link;
 }
 
 }  // namespace
+
+double GoodputFromProbe(const std::array<double, kProbeCandidates.size()>& seconds, double rtt_s) {
+  double b = 0;
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const double wire = std::max(seconds[i] - rtt_s, seconds[i] / 2);
+    if (wire > 0) b = std::max(b, static_cast<double>(kProbeBytes + kProbeCandidates[i]) / wire);
+  }
+  return b;
+}
 
 StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o) {
   const bool probe = o.autotune && !(o.partition_pinned && o.credit_pinned);
@@ -68,7 +85,9 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
       Vector plan,
       Share(c, "__byteps.tune.plan", o.is_rank0, {kVersion, probe ? 1 : 0, static_cast<int64_t>(o.partition_bytes), 0}));
   StartupOutcome out;
-  out.partition_bytes = {static_cast<size_t>(plan[2]), "worker 0's configured value"};
+  out.partition_bytes = {static_cast<size_t>(plan[2]), o.partition_pinned && o.is_rank0 ? "set by BYTEPS_PARTITION_BYTES"
+                                                       : o.is_rank0                     ? "the default"
+                                                                                        : "worker 0's"};
   const auto configured_credit = [&](size_t partition, const char* why) {
     return Choice{static_cast<size_t>(o.credit_partitions) * partition,
                   fmt::format("{} ({} partitions)", why, o.credit_partitions)};
@@ -77,7 +96,8 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
                                        o.credit_pinned ? "set by BYTEPS_SCHEDULING_CREDIT" : "the default");
   if (plan[1] != 0) {
     out.probed = true;
-    BYTEPS_ASSIGN_OR_RETURN(LinkEstimate mine, Probe(c));
+    BYTEPS_ASSIGN_OR_RETURN(LinkEstimate mine, Probe(c, &out.probe_times));
+    if (!o.is_rank0) out.probe_times.clear();  // only worker 0's times decide
     Vector decision{};
     DerivedSettings derived;
     if (o.is_rank0) {
@@ -87,7 +107,7 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
                   static_cast<int64_t>(derived.credit_bytes.value), static_cast<int64_t>(mine.goodput_Bps)};
     }
     BYTEPS_ASSIGN_OR_RETURN(Vector agreed, Share(c, "__byteps.tune.settings", o.is_rank0, decision));
-    out.link = {static_cast<double>(agreed[3]), o.is_rank0 ? mine.rtt_s : 0};
+    out.link = o.is_rank0 ? mine : LinkEstimate{static_cast<double>(agreed[3]), 0};
     out.partition_bytes = o.is_rank0 ? derived.partition_bytes
                                      : Choice{static_cast<size_t>(agreed[1]), "worker 0's start-up probe"};
     if (o.credit_pinned) {

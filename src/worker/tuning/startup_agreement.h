@@ -10,13 +10,17 @@
 //
 // Sequence (the same on every worker, decided only by worker 0's plan, so nobody waits for a
 // push_pull the others skip):
-//   __byteps.tune.plan      int64[4]  worker 0: {version, probe?, partition bytes, 0}
-//   (probe only) __byteps.tune.rtt int64[1] x 4, __byteps.tune.bw.small 1 MiB x 2,
-//                __byteps.tune.bw.large 8 MiB x 1   (partitions of kProbePartitionBytes)
-//   (probe only) __byteps.tune.settings int64[4]  worker 0: {version, partition, credit, goodput}
+//   __byteps.tune.plan       int64[4]  worker 0: {version, probe?, partition bytes, 0}
+//   probe only:
+//   __byteps.tune.rtt        int64[1] x 4       round trip R (the fastest of the last three)
+//   __byteps.tune.warm       1 MiB              warms connections and server buffers up
+//   __byteps.tune.p256, p1024, p4096            4 MiB each, 3 times, interleaved, in partitions of
+//                                               256 KiB, 1 MiB, 4 MiB: the fastest run gives B
+//   __byteps.tune.settings   int64[4]  worker 0: {version, partition, credit, goodput}
 // Threading: runs on the thread that starts the engine; the collective's calls block.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string>
 
@@ -26,9 +30,10 @@
 
 namespace byteps::worker::tuning {
 
-inline constexpr size_t kProbePartitionBytes = 128u << 10;
-inline constexpr size_t kProbeSmallBytes = 1u << 20;
-inline constexpr size_t kProbeLargeBytes = 8u << 20;
+inline constexpr size_t kProbeWarmBytes = 1u << 20;
+inline constexpr size_t kProbeBytes = 4u << 20;
+inline constexpr std::array<size_t, 3> kProbeCandidates = {256u << 10, 1u << 20, 4u << 20};
+inline constexpr int kProbeRuns = 3;
 
 // What the procedure runs on: an in-place push_pull that blocks until the sum is back.
 class Collective {
@@ -51,10 +56,16 @@ struct StartupOptions {
 
 struct StartupOutcome {
   bool probed = false;
-  LinkEstimate link;  // worker 0's measurement (as it sent it); zero when not probed
+  LinkEstimate link;  // worker 0's measurement (the others get its goodput only)
+  std::string probe_times;  // worker 0: each candidate's time, for the log
   Choice partition_bytes;
   Choice credit_bytes;
 };
+
+// B from the candidates' fastest times and the round trip: a push_pull of M bytes in partitions
+// of P takes about R + (M + P) / B (all but the last partition pipelined, which is pushed, then
+// pulled), more with the partitions' own cost, so each gives a lower bound on B; the largest counts.
+double GoodputFromProbe(const std::array<double, kProbeCandidates.size()>& seconds, double rtt_s);
 
 // Runs the sequence above. Errors: a push_pull failing (its status), a disagreement (the
 // partition size, or two workers both acting as worker 0), or a version mismatch.

@@ -1,0 +1,90 @@
+"""Start-up tuning (docs/performance.md) in real jobs on loopback: worker 0 probes, every worker
+applies its partition size before its first push_pull, pinned values are kept, and workers that
+disagree fail with a named error instead of summing mismatched partitions.
+
+The settings each worker applied are read from its INFO log line ("settings: partition N bytes:
+...", one per worker process).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("require_core")
+
+SETTINGS = re.compile(r"\[worker:(\d+)\].*settings: partition (\d+) bytes: ([^;]*); credit (\d+) bytes")
+
+# Every worker pushes tensors of several sizes (float64 and int64, so a wrongly split partition
+# shows as a wrong value, not a rounding error) and checks the exact sums.
+SCRIPT = """
+import os, sys
+import numpy as np
+if os.environ.get("PIN_ON_WORKER") == os.environ["DMLC_WORKER_ID"]:
+    os.environ["BYTEPS_PARTITION_BYTES"] = os.environ["PIN_VALUE"]
+import byteps.numpy as bps
+bps.init()
+rank, n = bps.rank(), bps.size()
+for size in (1, 1000, 300000, 1500000):
+    for dtype in (np.float64, np.int64):
+        x = np.arange(size, dtype=dtype) * (rank + 1)
+        got = bps.push_pull(x, average=False, name=f"t.{size}.{np.dtype(dtype).name}")
+        want = np.arange(size, dtype=dtype) * (n * (n + 1) // 2)
+        if not np.array_equal(got, want):
+            print(f"MISMATCH size {size} {np.dtype(dtype).name}", flush=True)
+            sys.exit(3)
+print("ALL OK", flush=True)
+bps.shutdown()
+"""
+
+
+def settings_by_worker(output: str) -> dict[int, tuple[int, str, int]]:
+    return {int(m.group(1)): (int(m.group(2)), m.group(3), int(m.group(4))) for m in SETTINGS.finditer(output)}
+
+
+def run(run_job, n: int, env: dict[str, str]):
+    return run_job(n, 2, SCRIPT, env={"BYTEPS_LOG_LEVEL": "INFO", **env}, timeout=90)
+
+
+def test_every_worker_applies_worker_zeros_probed_partition_size(run_job):
+    result = run(run_job, 3, {})
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 3, result
+    seen = settings_by_worker(result.output)
+    assert sorted(seen) == [0, 1, 2], result.output
+    partition, reason, credit = seen[0]
+    assert reason.startswith("sqrt(M 16 MiB * c 100 us * B "), reason
+    assert 64 << 10 <= partition <= 4 << 20 and partition & (partition - 1) == 0, partition
+    assert credit >= 16 * partition, (credit, partition)
+    for rank in (1, 2):
+        assert seen[rank] == (partition, "worker 0's start-up probe", credit), seen
+    assert "4 MiB in partitions of 256 KiB" in result.output, "worker 0 logs the probe's times"
+
+
+def test_a_pinned_partition_size_is_kept(run_job):
+    result = run(run_job, 2, {"BYTEPS_PARTITION_BYTES": "65536"})
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+    seen = settings_by_worker(result.output)
+    assert seen[0][:2] == (65536, "set by BYTEPS_PARTITION_BYTES"), seen
+    assert seen[1][0] == 65536, seen
+    assert seen[0][2] > 0, "the credit is still derived from the probe"
+
+
+def test_everything_pinned_or_autotune_off_means_no_probe(run_job):
+    for env, partition, reason in (
+            ({"BYTEPS_AUTOTUNE": "0"}, 4096000, "the default"),
+            ({"BYTEPS_PARTITION_BYTES": "131072", "BYTEPS_SCHEDULING_CREDIT": "8"}, 131072,
+             "set by BYTEPS_PARTITION_BYTES")):
+        result = run(run_job, 2, env)
+        assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+        seen = settings_by_worker(result.output)
+        assert seen[0][:2] == (partition, reason), (env, seen)
+        assert "4 MiB in partitions of" not in result.output, (env, result.output)
+
+
+def test_workers_that_disagree_fail_with_a_named_error_never_a_wrong_sum(run_job):
+    result = run(run_job, 2, {"PIN_ON_WORKER": "1", "PIN_VALUE": "65536"})
+    assert result.returncode != 0, result
+    assert "MISMATCH" not in result.stdout and "ALL OK" not in result.stdout, result
+    assert "BYTEPS_PARTITION_BYTES=65536 here but worker 0 partitions tensors into" in result.output, result
+    assert not result.leftovers, result

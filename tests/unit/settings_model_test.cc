@@ -22,12 +22,12 @@ DerivedSettings At(double goodput, double rtt_s, int n = 4, int k = 4) {
 
 TEST(SettingsModelTest, ASlowLinkPicksSmallPartitionsAFastOneLargeOnes) {
   // sqrt(16 MiB * 100 us * B / 2)
-  EXPECT_EQ(At(0.1 * kGbit, 1e-4).partition_bytes.value, 128 * kKiB);  // 100 KB
+  EXPECT_EQ(At(0.1 * kGbit, 1e-4).partition_bytes.value, 256 * kKiB);  // 100 KB, below the floor
   EXPECT_EQ(At(0.6 * kGbit, 1e-4).partition_bytes.value, 256 * kKiB);  // what 4 x 4 on 1 Gbit/s measures: 245 KB
   EXPECT_EQ(At(kGbit, 1e-4).partition_bytes.value, 256 * kKiB);        // 316 KB
   EXPECT_EQ(At(8 * kGbit, 1e-4).partition_bytes.value, 1 * kMiB);      // loopback, 1 worker + 1 server: 895 KB
   EXPECT_EQ(At(100 * kGbit, 1e-5).partition_bytes.value, 4 * kMiB);    // RDMA: 3.2 MB, BytePS's 4096000
-  EXPECT_EQ(At(0.001 * kGbit, 1e-4).partition_bytes.value, 64 * kKiB);  // the floor
+  EXPECT_EQ(At(0.001 * kGbit, 1e-4).partition_bytes.value, 256 * kKiB);  // the floor
   size_t last = 0;
   for (double g = 1e6; g < 1e12; g *= 1.3) {
     const size_t p = At(g, 1e-4).partition_bytes.value;
@@ -48,17 +48,19 @@ TEST(SettingsModelTest, GoodputIsTheBestLowerBoundOfTheProbesRuns) {
 }
 
 TEST(SettingsModelTest, AHighBandwidthDelayProductPicksALargeCredit) {
-  const DerivedSettings lan = At(kGbit, 1e-4);   // 4 * 4 * 256 KiB = 4 MiB
+  const DerivedSettings lan = At(kGbit, 1e-4);   // 8 * 4 * 256 KiB = 8 MiB
   const DerivedSettings wan = At(kGbit, 50e-3);  // 2 * 120 MB/s * 50 ms = 11.9 MB
-  EXPECT_EQ(lan.credit_bytes.value, 4 * kMiB);
-  EXPECT_EQ(wan.credit_bytes.value, static_cast<size_t>(2 * kGbit * 50e-3));
-  EXPECT_NE(wan.credit_bytes.reason.find("2 B R"), std::string::npos) << wan.credit_bytes.reason;
+  EXPECT_EQ(lan.credit_bytes.value, 8 * kMiB);
+  const DerivedSettings far = At(kGbit, 200e-3);  // 200 ms: 47.8 MB
+  EXPECT_EQ(far.credit_bytes.value, static_cast<size_t>(2 * kGbit * 200e-3));
+  EXPECT_GT(wan.credit_bytes.value, lan.credit_bytes.value);
+  EXPECT_NE(far.credit_bytes.reason.find("2 B R"), std::string::npos) << far.credit_bytes.reason;
 }
 
 TEST(SettingsModelTest, CreditCoversEveryServerAndWorkerTwiceOver) {
-  EXPECT_EQ(At(kGbit, 1e-4, 8, 8).credit_bytes.value, 8 * kMiB);  // 4 * 8 * 256 KiB
-  EXPECT_EQ(At(kGbit, 1e-4, 8, 2).credit_bytes.value, 8 * kMiB);  // max(n, k)
-  EXPECT_EQ(At(kGbit, 1e-4, 2, 8).credit_bytes.value, 8 * kMiB);
+  EXPECT_EQ(At(kGbit, 1e-4, 8, 8).credit_bytes.value, 16 * kMiB);  // 8 * 8 * 256 KiB
+  EXPECT_EQ(At(kGbit, 1e-4, 8, 2).credit_bytes.value, 16 * kMiB);  // max(n, k)
+  EXPECT_EQ(At(kGbit, 1e-4, 2, 8).credit_bytes.value, 16 * kMiB);
   EXPECT_EQ(At(8 * kGbit, 1e-4, 1, 1).credit_bytes.value, 16 * kMiB);  // never fewer than 16 partitions
 }
 

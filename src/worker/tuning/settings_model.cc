@@ -35,9 +35,9 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
                                         ideal / 1024, KiB(kMinPartitionBytes), KiB(hi))};
   const int fan = std::max({in.num_workers, in.num_servers, 1});
   const double bdp = 2 * link.goodput_Bps * std::max(0.0, link.rtt_s);
-  const size_t pipeline = 4 * static_cast<size_t>(fan) * P;
+  const size_t pipeline = 8 * static_cast<size_t>(fan) * P;
   const size_t C = std::max({static_cast<size_t>(bdp), pipeline, 16 * P});
-  out.credit_bytes = {C, fmt::format("max(2 B R = 2 * {} * {:.2f} ms = {}, 4 max(n, k) P = 4 * {} * {} = {}, 16 P = {})",
+  out.credit_bytes = {C, fmt::format("max(2 B R = 2 * {} * {:.2f} ms = {}, 8 max(n, k) P = 8 * {} * {} = {}, 16 P = {})",
                                      Mbps(link.goodput_Bps), link.rtt_s * 1e3, KiB(static_cast<size_t>(bdp)), fan,
                                      KiB(P), KiB(pipeline), KiB(16 * P))};
   return out;

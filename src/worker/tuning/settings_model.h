@@ -2,17 +2,17 @@
 // probe measured on the network. Pure arithmetic, written out in docs/performance.md so anyone
 // can check a choice by hand:
 //
-//   partition P = sqrt(M c B / 2), rounded to a power of two (in log terms) in [64 KiB, 4 MiB]
+//   partition P = sqrt(M c B / 2), rounded to a power of two (in log terms) in [256 KiB, 4 MiB]
 //     A push_pull of M bytes in partitions of P costs about M/B (the wire) + 2P/B (the last
 //     partition is pushed, then pulled, with nothing overlapping) + (M/P) c (a fixed cost per
 //     partition), smallest at the P above. M = 16 MiB (a large gradient bucket), c = 100 us (the
 //     per-partition cost measured on these machines, docs/performance.md); B is measured.
-//   credit C = max(2 B R, 4 max(n, k) P, 16 P)
+//   credit C = max(2 B R, 8 max(n, k) P, 16 P)
 //     One partition's round trip is the RTT R plus the time its server takes to receive every
 //     worker's copy and send the sum back (about 2 n P / B when k = n), so a worker keeps that
-//     much in flight, twice over for the workers' skew, and never fewer than 16 partitions (with
-//     one or two peers a handful in flight leaves loopback's pipeline idle). More only queues bytes in front of the
-//     next iteration's urgent partitions.
+//     much in flight, four times over for the workers' skew (measured: n = 8 needed it), and
+//     never fewer than 16 partitions (with one or two peers a handful in flight leaves loopback's
+//     pipeline idle). More only queues bytes in front of the next iteration's urgent partitions.
 //
 // Threading: pure functions.
 #pragma once
@@ -30,7 +30,7 @@ struct LinkEstimate {
 
 inline constexpr size_t kReferenceTensorBytes = 16u << 20;  // M
 inline constexpr double kPartitionCostS = 100e-6;           // c
-inline constexpr size_t kMinPartitionBytes = 64u << 10;
+inline constexpr size_t kMinPartitionBytes = 256u << 10;  // below it the per-partition cost dominated every measurement
 
 struct ModelInputs {
   int num_workers = 1;  // hosts (local roots) taking part in push_pull

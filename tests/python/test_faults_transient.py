@@ -183,3 +183,26 @@ def test_server_unreachable_fails_every_worker_naming_it(fault_job):
             problems.append(f"{p.label}: no FAILED line naming the server")
     if problems:
         pytest.fail("; ".join(problems) + "\n" + job.dump())
+
+
+def test_data_link_dropped_during_the_start_up_probe(fault_job):
+    # The start-up probe (docs/performance.md) pushes about 18 MiB per worker through server 0's
+    # link before init() returns. Freeze that link once 4 MiB went through (inside the probe: it
+    # cannot finish without server 0), reset every connection, then let it run: the probe's
+    # push_pulls are resent like any other, every worker applies worker 0's settings, and the
+    # job's results are exact.
+    job = fault_job(env={"BYTEPS_LOG_LEVEL": "INFO"}).start()
+    proxy = job.server_proxy[0]
+    deadline = time.monotonic() + 20
+    while proxy.stats()["bytes_up"] < 4 << 20:
+        assert time.monotonic() < deadline, job.dump()
+        time.sleep(0.002)
+    proxy.pause(30)
+    logs = lambda: "".join(p.output for p in job.worker_procs)  # noqa: E731
+    assert "settings:" not in logs(), "the fault was meant to land inside the probe\n" + job.dump()
+    assert proxy.reset_all() == 4, "2 workers x 2 connections"
+    proxy.pause(0)
+    job.assert_exact()
+    chosen = re.findall(r"settings: partition (\d+) bytes", logs())
+    assert len(chosen) == 2 and len(set(chosen)) == 1, chosen
+    assert proxy.stats()["accepted"] >= 8  # everyone reconnected

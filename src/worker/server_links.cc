@@ -24,7 +24,7 @@ Status ServerLinks::Connect() {
   const auto now = Clock::now();
   for (size_t s = 0; s < links_.size(); ++s) {
     for (int i = 0; i < options_.connections_per_server; ++i) {
-      BYTEPS_ASSIGN_OR_RETURN(auto c, Open(static_cast<int>(s), options_.connect_timeout_s));
+      BYTEPS_ASSIGN_OR_RETURN(auto c, OpenAtStart(static_cast<int>(s)));
       std::lock_guard<std::mutex> lock(mu_);
       links_[s].conns.push_back(c);
       links_[s].connected_at.push_back(now);
@@ -34,6 +34,23 @@ Status ServerLinks::Connect() {
   reconnect_thread_ = std::thread([this] { ReconnectLoop(); });
   BYTEPS_LOG(Info, "connected to {} servers ({} connections each)", links_.size(), options_.connections_per_server);
   return Status::Ok();
+}
+
+StatusOr<std::shared_ptr<transport::Connection>> ServerLinks::OpenAtStart(int server) {
+  // A connection can be closed by the server right after its handshake (e.g. a duplicated
+  // handshake frame from a broken middlebox: the server refuses the second challenge), so that
+  // the Hello finds it closed. That is a network problem like any drop: connect again, within the
+  // start deadline, as the reconnect does later in the job.
+  const auto deadline = Clock::now() + std::chrono::duration<double>(options_.connect_timeout_s);
+  for (int attempt = 1;; ++attempt) {
+    const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
+    auto c = Open(server, std::max(0.0, left));
+    if (c.ok() || c.status().code() != StatusCode::kUnavailable || attempt >= kStartAttempts ||
+        Clock::now() >= deadline) {
+      return c;
+    }
+    BYTEPS_LOG(Warning, "{} (attempt {} of {}); connecting again", c.status().message(), attempt, kStartAttempts);
+  }
 }
 
 StatusOr<std::shared_ptr<transport::Connection>> ServerLinks::Open(int server, double timeout_s) {

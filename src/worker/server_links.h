@@ -74,6 +74,9 @@ class ServerLinks : public DataPlane, public transport::Handler {
     Status reason;
   };
   StatusOr<std::shared_ptr<transport::Connection>> Open(int server, double timeout_s);
+  // Open, again up to kStartAttempts times while the connection is found closed (Unavailable).
+  StatusOr<std::shared_ptr<transport::Connection>> OpenAtStart(int server);
+  static constexpr int kStartAttempts = 3;
   std::shared_ptr<transport::Connection> ConnFor(int server, uint64_t key) const;
   void ReconnectLoop();
   Status Reconnect(const Lost& lost);

@@ -156,7 +156,20 @@ int RunRawTcp(const BenchOptions& o) {
   return 0;
 }
 
-int RunManyTensors(worker::Engine& e, const BenchOptions& o, DataType dt) {
+// Untimed iterations that let the online tuner settle before the timed ones, so the figures are
+// the steady state a training job reaches after its first iterations: once, before the first
+// size whose iterations push at least the credit (smaller ones never meet the cap and are not
+// counted by the tuner). Decided from what every worker shares (the configuration and the agreed
+// credit), so all make the same push_pulls, local non-root processes included.
+int SettleIterations(const config::Config& c, const worker::Engine& e, size_t iteration_bytes, bool* done) {
+  if (*done || !e.distributed() || !c.autotune || c.scheduling_credit_pinned || iteration_bytes < e.credit_bytes()) {
+    return 0;
+  }
+  *done = true;
+  return worker::Engine::kOnlineSettleIterations + 2;  // + the iteration each size change splits
+}
+
+int RunManyTensors(const config::Config& config, worker::Engine& e, const BenchOptions& o, DataType dt) {
   const int n = o.tensors;
   std::vector<std::vector<uint8_t>> bufs(n, std::vector<uint8_t>(o.tensor_bytes, 0));
   for (int i = 0; i < n; ++i) {
@@ -168,7 +181,9 @@ int RunManyTensors(worker::Engine& e, const BenchOptions& o, DataType dt) {
   }
   int iters = o.iters > 0 ? o.iters : 20;
   std::vector<double> per_tensor_us;
-  for (int it = 0; it < o.warmup + iters; ++it) {
+  bool settled = false;
+  const int settle = SettleIterations(config, e, static_cast<size_t>(n) * o.tensor_bytes, &settled);
+  for (int it = 0; it < settle + o.warmup + iters; ++it) {
     auto t0 = Clock::now();
     std::vector<worker::HandleId> hs;
     hs.reserve(n);
@@ -194,14 +209,15 @@ int RunManyTensors(worker::Engine& e, const BenchOptions& o, DataType dt) {
       }
     }
     double dt_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (it >= o.warmup) per_tensor_us.push_back(dt_s * 1e6 / n);
+    if (it >= settle + o.warmup) per_tensor_us.push_back(dt_s * 1e6 / n);
   }
   double med = Median(per_tensor_us);
   if (e.rank() == 0) {
     fmt::print("# {} tensors of {} B per iteration, {} iterations, {} workers\n", n, o.tensor_bytes, iters, e.size());
     fmt::print("per_tensor_us {:.2f}\n", med);
     Emit(nlohmann::json{{"mode", "many_tensors"}, {"tensors", n}, {"tensor_bytes", o.tensor_bytes},
-                        {"iterations", iters}, {"per_tensor_us_median", med}, {"workers", e.size()}},
+                        {"iterations", iters}, {"settle_iterations", settle}, {"per_tensor_us_median", med},
+                        {"workers", e.size()}, {"credit_bytes", e.credit_bytes()}, {"settings", e.settings_report()}},
          o);
   }
   return 0;
@@ -224,13 +240,15 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
   worker::Engine& e = *engine.value();
   int rc = 0;
   if (o.tensors > 0) {
-    rc = RunManyTensors(e, o, *dt);
+    rc = RunManyTensors(config, e, o, *dt);
   } else {
     const size_t esize = DataTypeSize(*dt);
     const int n = e.size();
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
     std::vector<uint8_t> buf(std::max(o.max_bytes, esize), 0);
     nlohmann::json rows = nlohmann::json::array();
+    int settled_at = 0;
+    bool settled = false;
     if (e.rank() == 0) {
       fmt::print("# byteps bench: {} workers, {} servers, partition {} B, credit {} B, dtype {}\n", n,
                  config.num_servers, e.partition_bytes(), e.credit_bytes(), o.dtype);
@@ -246,8 +264,10 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
         return 1;
       }
       int iters = o.iters > 0 ? o.iters : static_cast<int>(std::clamp<size_t>((512u << 20) / b, 5, 50));
+      const int settle = SettleIterations(config, e, b, &settled);
+      settled_at += settle;
       std::vector<double> times;
-      for (int it = 0; it < o.warmup + iters; ++it) {
+      for (int it = 0; it < settle + o.warmup + iters; ++it) {
         worker::TensorRequest r;
         r.name = name;
         r.input = r.output = buf.data();
@@ -261,7 +281,7 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
           fmt::print(stderr, "bench: {}\n", st.message());
           return 1;
         }
-        if (it >= o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        if (it >= settle + o.warmup) times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       }
       double t = Median(times);
       double algbw = b / t / 1e9;
@@ -277,7 +297,8 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
     if (e.rank() == 0) {
       Emit(nlohmann::json{{"mode", "sweep"}, {"workers", n}, {"servers", config.num_servers},
                           {"partition_bytes", e.partition_bytes()}, {"credit_bytes", e.credit_bytes()},
-                          {"settings", e.settings_report()}, {"dtype", o.dtype}, {"rows", rows}},
+                          {"settings", e.settings_report()}, {"settle_iterations", settled_at},
+                          {"dtype", o.dtype}, {"rows", rows}},
            o);
     }
   }

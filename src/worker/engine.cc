@@ -15,6 +15,7 @@
 #include "worker/pipeline_set.h"
 #include "worker/server_links.h"
 #include "worker/stages/push_pull_stage.h"
+#include "worker/tuning/online_tuner.h"
 
 namespace byteps::worker {
 
@@ -35,7 +36,6 @@ Engine::Engine(const config::Config& config)
     : config_(config),
       handles_(std::make_unique<HandleTable>()),
       assigner_(std::make_unique<KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)),
-      partition_bytes_(config.partition_bytes),
       credit_bytes_(static_cast<size_t>(config.scheduling_credit) * config.partition_bytes) {}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
@@ -99,7 +99,7 @@ Status Engine::Connect() {
 
 void Engine::StartPipeline() {
   Dispatcher::Options d;
-  d.credit_bytes = credit_bytes_;
+  d.credit_bytes = credit_bytes();
   auto loop = std::make_unique<DispatchLoop>(
       d, [this](PartitionTask* t, const Status& st) { handles_->PartDone(*t->op, t->part, st); });
   PipelineContext pc;
@@ -137,11 +137,15 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     if (!failure_.ok()) return failure_.WithContext(fmt::format("push_pull of '{}'", r.name));
   }
   std::shared_ptr<Operation> op;
+  std::optional<size_t> credit;
   {
     std::lock_guard<std::mutex> lock(plan_mu_);
     BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
     op = MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
+    if (online_) credit = TuneOnline(r);
   }
+  // Submissions are applied in order and a new credit before them: it starts with this operation.
+  if (credit) loop_->SetCredit(*credit);
   HandleId id = handles_->Add(op);
   loop_->Submit(std::move(op));
   return id;

@@ -39,6 +39,9 @@ class KeyAssigner;
 class LocalReducer;
 class PipelineSet;
 class ServerLinks;
+namespace tuning {
+class OnlineTuner;
+}
 
 class Engine {
  public:
@@ -51,11 +54,16 @@ class Engine {
   int local_size() const { return config_.local_size; }
   bool distributed() const { return config_.distributed(); }
   const config::Config& config() const { return config_; }
-  // The partition size and credit in use, each with why ("" before a distributed start).
-  const std::string& settings_report() const { return settings_report_; }
-  // What push_pull uses (the configured values, or what the start-up tuning chose).
-  size_t partition_bytes() const { return partition_bytes_; }
-  size_t credit_bytes() const { return credit_bytes_; }  // 0: no cap
+  // The partition size and credit in use, each with why ("" before a distributed start); the
+  // online tuner's verdict joins it once it settles.
+  std::string settings_report() const;
+  // What push_pull uses (the configured values, or what the tuning chose so far).
+  size_t partition_bytes() const;
+  size_t credit_bytes() const;  // 0: no cap
+  // The most iterations the online tuner of the credit takes (those pushing at least the credit).
+  static constexpr int kOnlineSettleIterations = 14;
+  // True once nothing will change the settings any more (no online tuning, or it settled).
+  bool settings_settled() const;
 
   // Declares `name` (same order on every worker). With a size, places its partitions now
   // (byte-balanced over servers).
@@ -75,6 +83,8 @@ class Engine {
   Status Connect();
   void StartPipeline();
   Status TuneAtStart();  // engine_tuning.cc
+  // The online tuner's hook for one push_pull (under plan_mu_): a new credit to apply before it.
+  std::optional<size_t> TuneOnline(const TensorRequest& request);  // engine_tuning.cc
   void FailAll(const Status& st);
 
   config::Config config_;
@@ -88,16 +98,16 @@ class Engine {
   std::unique_ptr<DispatchLoop> loop_;
   std::unique_ptr<PipelineSet> pipelines_;
 
-  std::mutex plan_mu_;
-  std::unique_ptr<KeyAssigner> assigner_;  // guarded by plan_mu_
-  uint64_t next_task_ = 1;    // guarded by plan_mu_
+  mutable std::mutex plan_mu_;
+  std::unique_ptr<KeyAssigner> assigner_;        // guarded by plan_mu_
+  uint64_t next_task_ = 1;                       // guarded by plan_mu_
+  std::unique_ptr<tuning::OnlineTuner> online_;  // guarded by plan_mu_; null once settled
 
-  std::string settings_report_;  // these three: written once in Start
-  size_t partition_bytes_ = 0;
-  size_t credit_bytes_ = 0;
   mutable std::mutex mu_;
   Status failure_;          // guarded by mu_
   bool shut_down_ = false;  // guarded by mu_
+  std::string settings_report_;  // guarded by mu_
+  size_t credit_bytes_ = 0;      // guarded by mu_
 };
 
 }  // namespace byteps::worker

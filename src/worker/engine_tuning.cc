@@ -1,6 +1,7 @@
 // Engine::TuneAtStart: the start-up probe and agreement (tuning/startup_agreement.h) run on the
 // engine's own push_pull, before Start returns, so no user tensor is planned before the partition
-// size is agreed.
+// size is agreed. Engine::TuneOnline: the online tuner (tuning/online_tuner.h) sees every user
+// push_pull until it settles, and moves the credit at iteration boundaries.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,9 +10,12 @@
 #include "worker/dispatch_loop.h"
 #include "worker/engine.h"
 #include "worker/key_assigner.h"
+#include "worker/tuning/online_tuner.h"
 #include "worker/tuning/startup_agreement.h"
 
 namespace byteps::worker {
+
+static_assert(Engine::kOnlineSettleIterations == tuning::kOnlineSettleIterations);
 
 namespace {
 
@@ -64,7 +68,23 @@ Status Engine::TuneAtStart() {
   if (!outcome.ok()) return outcome.status().WithContext("start-up tuning");
   const tuning::StartupOutcome& t = outcome.value();
   loop_->SetCredit(t.credit_bytes.value);
-  partition_bytes_ = t.partition_bytes.value;
+  // Online tuning of the credit: on by BYTEPS_AUTOTUNE, off for a pinned credit, and only where
+  // this process has links of its own to the servers (a host's local root).
+  std::string online;
+  if (config_.autotune && !config_.scheduling_credit_pinned && links_ && t.credit_bytes.value > 0) {
+    tuning::OnlineTunerOptions oo;
+    oo.model_credit = t.credit_bytes.value;
+    oo.min_credit = t.partition_bytes.value;  // less than one partition in flight idles the links
+    oo.min_iteration_bytes = t.credit_bytes.value;
+    auto tuner = std::make_unique<tuning::OnlineTuner>(oo);
+    if (!tuner->settled()) {
+      online = fmt::format("; the online tuner explores the credit over the first {} iterations",
+                           tuner->settle_iterations());
+      std::lock_guard<std::mutex> lock(plan_mu_);
+      online_ = std::move(tuner);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   credit_bytes_ = t.credit_bytes.value;
   settings_report_ = fmt::format(
       "partition {} bytes: {}; credit {} bytes{}: {}{}", t.partition_bytes.value, t.partition_bytes.reason,
@@ -72,9 +92,42 @@ Status Engine::TuneAtStart() {
       t.probed ? fmt::format("; probe by worker 0: B {:.0f} Mbit/s{}", t.link.goodput_Bps * 8 / 1e6,
                              t.probe_times.empty() ? "" : fmt::format(", R {:.2f} ms, 4 MiB in partitions of {}",
                                                                       t.link.rtt_s * 1e3, t.probe_times))
-               : "");
+               : "") + online;
   BYTEPS_LOG(Info, "settings: {}", settings_report_);
   return Status::Ok();
+}
+
+std::optional<size_t> Engine::TuneOnline(const TensorRequest& r) {
+  std::optional<size_t> credit = online_->OnPushPull(r.name, r.bytes, tuning::IterationClock::Clock::now());
+  if (!online_->settled()) return credit;
+  const size_t settled = online_->current();
+  const std::string verdict = online_->report();
+  online_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  credit_bytes_ = settled;
+  settings_report_ += fmt::format("; online: credit {} bytes: {}", settled, verdict);
+  BYTEPS_LOG(Info, "settings settled: credit {} bytes: {}", settled, verdict);
+  return credit;
+}
+
+std::string Engine::settings_report() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return settings_report_;
+}
+
+size_t Engine::partition_bytes() const {
+  std::lock_guard<std::mutex> lock(plan_mu_);
+  return assigner_->partition_bytes();
+}
+
+size_t Engine::credit_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return credit_bytes_;
+}
+
+bool Engine::settings_settled() const {
+  std::lock_guard<std::mutex> lock(plan_mu_);
+  return online_ == nullptr;
 }
 
 }  // namespace byteps::worker

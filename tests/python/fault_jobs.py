@@ -37,6 +37,8 @@ TENSORS = [("fj.1k", 256, "float32", 1), ("fj.32k", 8192, "float32", 1), ("fj.i6
            ("fj.1m", 262144, "float32", 4), ("fj.4m", 1048576, "float32", 20)]
 MAX_BYTES = int(os.environ["FJ_MAX_BYTES"])
 TENSORS = [t for t in TENSORS if t[1] * np.dtype(t[2]).itemsize <= MAX_BYTES]
+if int(os.environ.get("FJ_BIG_BYTES", "0")):  # one more, pushed every round
+    TENSORS.append(("fj.big", int(os.environ.get("FJ_BIG_BYTES", "0")) // 4, "float32", 1))
 BASE = [(np.arange(size) % 13).astype(dtype) for _, size, dtype, _ in TENSORS]
 
 try:
@@ -71,7 +73,8 @@ class FaultJob:
     """Scheduler, ``servers`` servers and ``workers`` workers (processes of ``cluster``), with
     the data links of ``proxied_servers`` (and the scheduler link when ``proxy_scheduler``)
     behind a :class:`FaultProxy` each: ``server_proxy[i]``, ``scheduler_proxy``.  The workers
-    push only the tensors of at most ``max_tensor_bytes`` (1 KiB, 4 KiB, 32 KiB, 1 MiB, 4 MiB).
+    push only the tensors of at most ``max_tensor_bytes`` (1 KiB, 4 KiB, 32 KiB, 1 MiB, 4 MiB), and
+    with ``big_tensor_bytes`` one more tensor of that size every round.
 
     ``env`` is added to every process's environment (e.g. ``BYTEPS_CHECKSUM=1``).  Call
     :meth:`close` at the end (the fixture in the tests does).
@@ -79,13 +82,13 @@ class FaultJob:
 
     def __init__(self, cluster: Cluster, workers: int = 2, servers: int = 2, proxied_servers=(0,),
                  proxy_scheduler: bool = False, env: Optional[dict[str, str]] = None, rounds: int = 200,
-                 sleep: float = 0.02, max_tensor_bytes: int = 4 << 20) -> None:
+                 sleep: float = 0.02, max_tensor_bytes: int = 4 << 20, big_tensor_bytes: int = 0) -> None:
         self.cluster, self.workers, self.servers = cluster, workers, servers
         self.server_proxy: dict[int, FaultProxy] = {}
         self.scheduler_proxy: Optional[FaultProxy] = None
         base = {"BYTEPS_PARTITION_BYTES": "1M", "BYTEPS_TIMEOUT": "20", "BYTEPS_START_TIMEOUT": "20",
                 "FJ_ROUNDS": str(rounds), "FJ_SLEEP": str(sleep), "FJ_MAX_BYTES": str(max_tensor_bytes),
-                **(env or {})}
+                "FJ_BIG_BYTES": str(big_tensor_bytes), **(env or {})}
         self.env = cluster.env(workers, servers, base)
         self.started_at = 0.0
         if proxy_scheduler:

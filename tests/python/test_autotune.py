@@ -88,3 +88,53 @@ def test_workers_that_disagree_fail_with_a_named_error_never_a_wrong_sum(run_job
     assert "MISMATCH" not in result.stdout and "ALL OK" not in result.stdout, result
     assert "BYTEPS_PARTITION_BYTES=65536 here but worker 0 partitions tensors into" in result.output, result
     assert not result.leftovers, result
+
+
+# A training loop: 20 steps of three gradients (24 MiB per step, above any credit the model picks
+# on loopback), exact sums every step.
+STEPS = """
+import sys
+import numpy as np
+import byteps.numpy as bps
+bps.init()
+rank, n = bps.rank(), bps.size()
+sizes = (3 << 20, 2 << 20, 1 << 20)  # float64 elements: 24 MiB per step
+for step in range(20):
+    for i, size in enumerate(sizes):
+        x = np.full(size, rank + step + i, dtype=np.float64)
+        got = bps.push_pull(x, average=False, name=f"grad.{i}")
+        if not np.all(got == n * (step + i) + n * (n - 1) // 2):
+            print(f"MISMATCH step {step} grad {i}", flush=True)
+            sys.exit(3)
+print("ALL OK", flush=True)
+bps.shutdown()
+"""
+
+ONLINE_START = re.compile(r"\[worker:(\d+)\].*settings: .*credit (\d+) bytes.*the online tuner explores the "
+                          r"credit over the first (\d+) iterations")
+ONLINE_SETTLED = re.compile(r"\[worker:(\d+)\].*settings settled: credit (\d+) bytes: (.*?) after (\d+) iterations (.*)")
+
+
+def test_the_online_tuner_settles_within_20_iterations_on_a_candidate(run_job):
+    result = run_job(2, 2, STEPS, env={"BYTEPS_LOG_LEVEL": "INFO"}, timeout=120)
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+    started = {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in ONLINE_START.finditer(result.output)}
+    settled = {int(m.group(1)): m for m in ONLINE_SETTLED.finditer(result.output)}
+    assert sorted(started) == [0, 1] and sorted(settled) == [0, 1], result.output
+    for rank, (model, iterations) in started.items():
+        assert iterations <= 20, iterations
+        m = settled[rank]
+        assert int(m.group(4)) == iterations, m.group(0)
+        assert int(m.group(2)) in (model, 2 * model, model // 2), (model, m.group(0))
+        assert ("kept the model's value" in m.group(3)) == (int(m.group(2)) == model), m.group(0)
+        assert "median iteration throughput" in m.group(5), m.group(0)
+
+
+def test_a_pinned_credit_is_never_tuned_online(run_job):
+    result = run_job(2, 2, STEPS, env={"BYTEPS_LOG_LEVEL": "INFO", "BYTEPS_SCHEDULING_CREDIT": "3"}, timeout=120)
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+    seen = settings_by_worker(result.output)
+    assert sorted(seen) == [0, 1], result.output
+    for rank, (partition, _, credit) in seen.items():
+        assert credit == 3 * partition, (rank, partition, credit)
+    assert "online tuner" not in result.output and "settings settled" not in result.output, result.output

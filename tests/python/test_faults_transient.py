@@ -231,3 +231,28 @@ def test_duplicated_handshake_at_start_is_a_drop_not_a_failure(fault_job):
     logs = "".join(p.output for p in job.cluster.procs.values())
     assert "sent a second AuthChallenge" in logs, "the fault did not hit the handshake\n" + job.dump()
     assert job.server_proxy[0].stats()["by_fault"]["duplicate"] == 1
+
+
+def test_data_link_dropped_while_the_online_tuner_explores(fault_job):
+    # The online tuner (docs/performance.md) moves the credit between iterations during the first
+    # 14 that push at least the credit. With 64 KiB partitions the credit is 1 MiB or 2BR (the
+    # probe through the proxy measured 4-8 MiB), and a 16 MiB tensor every round makes every
+    # round count: exploration runs from round 3 to 14.
+    # Reset server 0's link twice inside it; the results must stay exact and the tuner must
+    # still settle, after the faults, on one of its candidates.
+    job = fault_job(env={"BYTEPS_LOG_LEVEL": "INFO", "BYTEPS_PARTITION_BYTES": "64K"}, rounds=24,
+                    big_tensor_bytes=16 << 20).start()
+    proxy = job.server_proxy[0]
+    for r in (6, 10):
+        job.wait_round(r)
+        assert proxy.reset_all() == 4, "2 workers x 2 connections"
+    job.assert_exact()
+    for p in job.worker_procs:
+        out = p.output
+        start = re.search(r"settings: .*credit (\d+) bytes.*online tuner explores the credit over the first (\d+)", out)
+        settled = re.search(r"settings settled: credit (\d+) bytes", out)
+        assert start and settled, f"{p.label}: no online tuning logged\n" + job.dump()
+        model = int(start.group(1))
+        assert int(settled.group(1)) in (model, 2 * model, model // 2), (model, settled.group(0))
+        assert out.index("ROUND 10\n") < settled.start(), f"{p.label} settled before the second fault"
+    assert proxy.stats()["accepted"] >= 12  # everyone reconnected twice

@@ -1,0 +1,83 @@
+// Online tuning of the credit during the first iterations of training (BYTEPS_AUTOTUNE).
+//
+// The start-up model picks the credit from one probe; the online tuner checks it against the
+// job's own iterations. After `warmup` iterations (the first one carries declarations, buffer
+// growth and the parameters' broadcast), it visits the candidates model x {1, 2, 1/2} in turn,
+// `per_visit` iterations each, `passes` times (interleaved, so a drift in the job's speed hits
+// every candidate alike), then keeps the candidate with the best median throughput (bytes pushed
+// per second of iteration). The model's own value stays unless another beats it by `keep_margin`,
+// so noise does not move it. With the defaults it settles after 2 + 2 x 3 x 2 = 14 iterations.
+// An iteration that pushes less than `min_iteration_bytes` (the model's credit: fewer bytes than
+// that never meet the cap, so every candidate would run it alike) is not counted at all.
+//
+// Only the credit is tuned online: it is each worker's own (a cap on its bytes in flight), so it
+// needs no agreement, and a new value applies from the next iteration's first push_pull, never in
+// the middle of one. The partition size fixes the key layout on the servers; it is chosen once, at
+// start-up, from the probe of three partition sizes (startup_agreement.h). Every worker runs the
+// same schedule on the same iteration boundaries (a synchronous step ends together everywhere),
+// so the candidates are measured in lockstep; each worker keeps its own verdict.
+// Threading: not thread-safe; the engine calls it under its planning lock.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "worker/tuning/iteration_clock.h"
+
+namespace byteps::worker::tuning {
+
+struct OnlineTunerOptions {
+  size_t model_credit = 0;  // bytes, > 0 (the start-up choice)
+  size_t min_credit = 0;    // candidates are clamped into [min, max]
+  size_t max_credit = size_t{1} << 30;
+  uint64_t min_iteration_bytes = 0;
+  std::vector<double> factors = {1.0, 2.0, 0.5};  // the first is the model's own value
+  int warmup = 2;
+  int per_visit = 2;
+  int passes = 2;
+  double keep_margin = 0.03;
+};
+
+// settle_iterations() with the default options: the most any job takes.
+inline constexpr int kOnlineSettleIterations = 14;
+
+class OnlineTuner {
+ public:
+  explicit OnlineTuner(const OnlineTunerOptions& options);
+
+  // A push_pull starting now (the engine's hook): returns a new credit to apply before it, at
+  // an iteration boundary only.
+  std::optional<size_t> OnPushPull(const std::string& name, size_t bytes, IterationClock::Clock::time_point now);
+  // One finished iteration, run entirely with current(); returns a new credit for the next one.
+  // A small one (below min_iteration_bytes) is ignored.
+  std::optional<size_t> OnIteration(const IterationClock::Iteration& it);
+
+  size_t current() const { return current_; }
+  bool settled() const { return settled_; }
+  int iterations() const { return iterations_; }
+  // How many iterations the whole exploration takes.
+  int settle_iterations() const;
+  // Once settled: the verdict and each candidate's median throughput.
+  const std::string& report() const { return report_; }
+
+ private:
+  struct Candidate {
+    size_t credit = 0;
+    std::vector<double> throughput;  // bytes/s, one per measured iteration
+  };
+  // The candidate iteration `i` (counted from the first after the warm-up) runs with.
+  size_t CandidateAt(int i) const;
+  void Settle();
+
+  OnlineTunerOptions options_;
+  IterationClock clock_;
+  std::vector<Candidate> candidates_;  // [0]: the model's
+  size_t current_ = 0;
+  int iterations_ = 0;
+  bool settled_ = false;
+  std::string report_;
+};
+
+}  // namespace byteps::worker::tuning

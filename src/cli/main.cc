@@ -1,6 +1,7 @@
 // byteps-core: the native command (`byteps` forwards here).
 //   byteps scheduler | server   run that role from the environment until the job ends
-//   byteps info                 print the effective configuration
+//   byteps info                 print the effective configuration, and the partition size and
+//                               credit this job's running workers on this host chose, with why
 //   byteps bench [...]          push-pull sweep as a worker of the job (see bench_cmd.h)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "config/config.h"
 #include "config/parse.h"
 #include "server/role_main.h"
+#include "worker/job_files.h"
 
 namespace {
 
@@ -46,6 +48,27 @@ bool ParseSizeFlag(const char* flag, const std::string& text, size_t* out) {
   }
   *out = static_cast<size_t>(*p.value);
   return true;
+}
+
+// What the tuning chose (docs/performance.md), from the records this job's workers on this host
+// keep while they run; before that, what decides each value.
+void PrintChosenSettings(const byteps::config::Config& c) {
+  fmt::print("\nChosen settings (docs/performance.md):\n");
+  auto records = byteps::worker::ReadSettingsRecords(c);
+  for (const auto& r : records) {
+    fmt::print("  worker {} (pid {}, {}, recorded {}): partition {} bytes, credit {} bytes\n    {}\n", r.rank, r.pid,
+               r.running ? "running" : "exited without removing its record", r.written, r.partition_bytes,
+               r.credit_bytes, r.report);
+  }
+  if (!records.empty()) return;
+  auto how = [&](bool pinned, const char* var, const char* tuned) {
+    return pinned ? fmt::format("set by {}: kept", var) : c.autotune ? std::string(tuned) : "BYTEPS_AUTOTUNE=0: the default";
+  };
+  fmt::print("  no worker of this job runs on this host now (none of {})\n", byteps::worker::SettingsRecordPattern(c));
+  fmt::print("  partition size: {}\n", how(c.partition_bytes_pinned, "BYTEPS_PARTITION_BYTES",
+                                            "worker 0 derives it from its start-up probe of the links"));
+  fmt::print("  credit: {}\n", how(c.scheduling_credit_pinned, "BYTEPS_SCHEDULING_CREDIT",
+                                    "derived from the probe, then tuned online over the first iterations"));
 }
 
 }  // namespace
@@ -89,6 +112,7 @@ int main(int argc, char** argv) {
     auto c = byteps::config::Load(env);
     if (!c.ok()) return Fail(c.status(), "info");
     fmt::print("{}", byteps::config::Describe(c.value(), env));
+    PrintChosenSettings(c.value());
     return 0;
   }
   if (*bench) {

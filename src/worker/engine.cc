@@ -10,6 +10,7 @@
 #include "transport/transport_config.h"
 #include "worker/dispatch_loop.h"
 #include "worker/handle_table.h"
+#include "worker/job_files.h"
 #include "worker/key_assigner.h"
 #include "worker/local_reducer.h"
 #include "worker/pipeline_set.h"
@@ -19,18 +20,6 @@
 
 namespace byteps::worker {
 
-namespace {
-// A token naming this job's local sockets and shared memory: every process of a job computes the
-// same one (from the launcher's secret, else the scheduler address, else the launching parent).
-std::string JobToken(const config::Config& c) {
-  std::string seed = !c.job_secret.empty()   ? c.job_secret
-                     : c.root_port > 0       ? fmt::format("{}:{}", c.root_uri, c.root_port)
-                                             : fmt::format("ppid{}", getppid());
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char ch : seed) h = (h ^ ch) * 1099511628211ull;
-  return fmt::format("{:012x}", h & 0xffffffffffffull);
-}
-}  // namespace
 
 Engine::Engine(const config::Config& config)
     : config_(config),
@@ -205,6 +194,7 @@ Status Engine::Shutdown() {
 }
 
 Engine::~Engine() {
+  if (!settings_report_.empty()) RemoveSettingsRecord(config_, rank_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     shut_down_ = true;  // FailAll no longer reaches the parts released below

@@ -85,6 +85,7 @@ class Engine {
   Status TuneAtStart();  // engine_tuning.cc
   // The online tuner's hook for one push_pull (under plan_mu_): a new credit to apply before it.
   std::optional<size_t> TuneOnline(const TensorRequest& request);  // engine_tuning.cc
+  void RecordSettings(size_t partition_bytes);  // for `byteps info` (job_files.h); under mu_
   void FailAll(const Status& st);
 
   config::Config config_;

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "worker/dispatch_loop.h"
 #include "worker/engine.h"
+#include "worker/job_files.h"
 #include "worker/key_assigner.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/startup_agreement.h"
@@ -94,7 +95,17 @@ Status Engine::TuneAtStart() {
                                                                       t.link.rtt_s * 1e3, t.probe_times))
                : "") + online;
   BYTEPS_LOG(Info, "settings: {}", settings_report_);
+  RecordSettings(t.partition_bytes.value);
   return Status::Ok();
+}
+
+void Engine::RecordSettings(size_t partition_bytes) {
+  SettingsRecord r;
+  r.rank = rank_;
+  r.partition_bytes = partition_bytes;
+  r.credit_bytes = credit_bytes_;
+  r.report = settings_report_;
+  WriteSettingsRecord(config_, r);
 }
 
 std::optional<size_t> Engine::TuneOnline(const TensorRequest& r) {
@@ -107,6 +118,7 @@ std::optional<size_t> Engine::TuneOnline(const TensorRequest& r) {
   credit_bytes_ = settled;
   settings_report_ += fmt::format("; online: credit {} bytes: {}", settled, verdict);
   BYTEPS_LOG(Info, "settings settled: credit {} bytes: {}", settled, verdict);
+  RecordSettings(assigner_->partition_bytes());
   return credit;
 }
 

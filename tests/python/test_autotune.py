@@ -138,3 +138,36 @@ def test_a_pinned_credit_is_never_tuned_online(run_job):
     for rank, (partition, _, credit) in seen.items():
         assert credit == 3 * partition, (rank, partition, credit)
     assert "online tuner" not in result.output and "settings settled" not in result.output, result.output
+
+
+def test_byteps_info_shows_the_running_workers_chosen_settings_with_why(run_job):
+    # Worker 0 runs `byteps info` with its own environment once the online tuner settled: the
+    # output lists both workers' partition size and credit with the reasons, as logged.
+    script = STEPS.replace('print("ALL OK", flush=True)', '''
+import subprocess
+from byteps.launcher import corebin
+if rank == 0:
+    info = subprocess.run([corebin.find_core_binary(), "info"], capture_output=True, text=True, timeout=30)
+    print("INFO-BEGIN\\n" + info.stdout + info.stderr + "INFO-END", flush=True)
+bps.push_pull(np.zeros(1), name="after.info")  # worker 1 is still running when worker 0 asks
+print("ALL OK", flush=True)
+bps.shutdown()
+if rank == 0:  # its own record goes with its engine
+    info = subprocess.run([corebin.find_core_binary(), "info"], capture_output=True, text=True, timeout=30)
+    print("AFTER-BEGIN\\n" + info.stdout + "AFTER-END", flush=True)''')
+    result = run_job(2, 2, script, env={"BYTEPS_LOG_LEVEL": "INFO"}, timeout=120)
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+    out = re.sub(r"(?m)^\[worker:\d+\] ", "", result.stdout)  # bpsrun's prefixes
+    info = out.split("INFO-BEGIN\n", 1)[1].split("INFO-END", 1)[0]
+    assert "Chosen settings" in info, info
+    seen = settings_by_worker(result.output)
+    for rank in (0, 1):
+        partition = seen[rank][0]
+        settled = {int(m.group(1)): int(m.group(2)) for m in ONLINE_SETTLED.finditer(result.output)}
+        line = re.search(rf"worker {rank} \(pid \d+, running, recorded [^)]*\): partition (\d+) bytes, credit (\d+) "
+                         rf"bytes\n    (.*)", info)
+        assert line, info
+        assert (int(line.group(1)), int(line.group(2))) == (partition, settled[rank]), (line.group(0), settled)
+        assert "partition" in line.group(3) and "; online: credit" in line.group(3), line.group(3)
+    after = out.split("AFTER-BEGIN\n", 1)[1].split("AFTER-END", 1)[0]
+    assert "Chosen settings" in after and "worker 0 (pid" not in after, after

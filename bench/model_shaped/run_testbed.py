@@ -10,7 +10,7 @@ the first server host) and one job; rank 0's RESULT line is collected. Results a
 DIR/model_shaped.json as they come, so an interrupted run keeps what it measured.
 byteps modes run with tuned settings for 1 Gbit/s-class links (docs/benchmarks.md, "Partition
 size, connections and credit"): BYTEPS_PARTITION_BYTES=262144, BYTEPS_CONNECTIONS_PER_PEER=1 and
-the workload's --credit.
+the workload's --credit; with ``--defaults`` they set nothing (what a new user gets).
 """
 from __future__ import annotations
 
@@ -32,11 +32,11 @@ TUNED = {"BYTEPS_PARTITION_BYTES": "262144", "BYTEPS_CONNECTIONS_PER_PEER": "1"}
 def run_one(model: str, n: int, mode: str, args: argparse.Namespace) -> dict:
     argv = [sys.executable, "-m", "bench.model_shaped.workload", "--model", model, "--mode", mode,
             "--iters", str(args.iters), "--warmup", str(args.warmup), "--link-gbit", str(args.rate / 1000)]
-    if mode.startswith("byteps"):
+    if mode.startswith("byteps") and not args.defaults:
         argv += ["--credit", str(args.credit)]
     if args.time_scale != 1.0 or args.shrink != 1:  # smoke runs only: not comparable figures
         argv += ["--time-scale", str(args.time_scale), "--shrink", str(args.shrink)]
-    env = {**({} if args.no_tuned else TUNED), "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
+    env = {**({} if args.no_tuned or args.defaults else TUNED), "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600"}
     with Testbed(hosts_needed(n, n), rate_mbit=args.rate) as tb:
         res = run_job(tb, n, n, argv, env=env, timeout=args.timeout, echo=False)
@@ -62,6 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--no-tuned", action="store_true",
                     help="byteps with its default partition size and connections (credit still --credit)")
+    ap.add_argument("--defaults", action="store_true",
+                    help="byteps with no BYTEPS_* setting at all (start-up and online tuning decide); use "
+                         "--warmup 16 so the online tuner has settled before the timed iterations")
     ap.add_argument("--time-scale", type=float, default=1.0, help="smoke tests only")
     ap.add_argument("--shrink", type=int, default=1, help="smoke tests only")
     args = ap.parse_args(argv)

@@ -131,7 +131,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     std::lock_guard<std::mutex> lock(plan_mu_);
     BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
     op = MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
-    if (online_) credit = TuneOnline(r);
+    if (online_) credit = TuneOnline(plan->declared_key, r.bytes);
   }
   // Submissions are applied in order and a new credit before them: it starts with this operation.
   if (credit) loop_->SetCredit(*credit);

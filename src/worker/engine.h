@@ -84,7 +84,7 @@ class Engine {
   void StartPipeline();
   Status TuneAtStart();  // engine_tuning.cc
   // The online tuner's hook for one push_pull (under plan_mu_): a new credit to apply before it.
-  std::optional<size_t> TuneOnline(const TensorRequest& request);  // engine_tuning.cc
+  std::optional<size_t> TuneOnline(uint32_t declared_key, size_t bytes);  // engine_tuning.cc
   void RecordSettings(size_t partition_bytes);  // for `byteps info` (job_files.h); under mu_
   void FailAll(const Status& st);
 

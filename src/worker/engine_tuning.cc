@@ -108,8 +108,8 @@ void Engine::RecordSettings(size_t partition_bytes) {
   WriteSettingsRecord(config_, r);
 }
 
-std::optional<size_t> Engine::TuneOnline(const TensorRequest& r) {
-  std::optional<size_t> credit = online_->OnPushPull(r.name, r.bytes, tuning::IterationClock::Clock::now());
+std::optional<size_t> Engine::TuneOnline(uint32_t declared_key, size_t bytes) {
+  std::optional<size_t> credit = online_->OnPushPull(declared_key, bytes, tuning::IterationClock::Clock::now());
   if (!online_->settled()) return credit;
   const size_t settled = online_->current();
   const std::string verdict = online_->report();

@@ -19,18 +19,18 @@ TEST(IterationClockTest, AnIterationEndsWhenATensorIsPushedAgain) {
   IterationClock clock;
   const Clock::time_point t0{};
   // Parameters broadcast once, then three gradients per step.
-  EXPECT_FALSE(clock.OnPushPull("param.0", 10, t0));
-  EXPECT_FALSE(clock.OnPushPull("param.1", 10, t0 + std::chrono::milliseconds(1)));
-  EXPECT_FALSE(clock.OnPushPull("g.2", 100, t0 + std::chrono::milliseconds(10)));
-  EXPECT_FALSE(clock.OnPushPull("g.1", 100, t0 + std::chrono::milliseconds(11)));
-  EXPECT_FALSE(clock.OnPushPull("g.0", 100, t0 + std::chrono::milliseconds(12)));
-  auto first = clock.OnPushPull("g.2", 100, t0 + std::chrono::milliseconds(50));
+  EXPECT_FALSE(clock.OnPushPull(100, 10, t0));
+  EXPECT_FALSE(clock.OnPushPull(101, 10, t0 + std::chrono::milliseconds(1)));
+  EXPECT_FALSE(clock.OnPushPull(2, 100, t0 + std::chrono::milliseconds(10)));
+  EXPECT_FALSE(clock.OnPushPull(1, 100, t0 + std::chrono::milliseconds(11)));
+  EXPECT_FALSE(clock.OnPushPull(0, 100, t0 + std::chrono::milliseconds(12)));
+  auto first = clock.OnPushPull(2, 100, t0 + std::chrono::milliseconds(50));
   ASSERT_TRUE(first);
   EXPECT_NEAR(first->seconds, 0.050, 1e-9);
   EXPECT_EQ(first->bytes, 320u);  // the broadcast folds into the first iteration
-  EXPECT_FALSE(clock.OnPushPull("g.1", 100, t0 + std::chrono::milliseconds(51)));
-  EXPECT_FALSE(clock.OnPushPull("g.0", 100, t0 + std::chrono::milliseconds(52)));
-  auto second = clock.OnPushPull("g.2", 100, t0 + std::chrono::milliseconds(90));
+  EXPECT_FALSE(clock.OnPushPull(1, 100, t0 + std::chrono::milliseconds(51)));
+  EXPECT_FALSE(clock.OnPushPull(0, 100, t0 + std::chrono::milliseconds(52)));
+  auto second = clock.OnPushPull(2, 100, t0 + std::chrono::milliseconds(90));
   ASSERT_TRUE(second);
   EXPECT_NEAR(second->seconds, 0.040, 1e-9);
   EXPECT_EQ(second->bytes, 300u);
@@ -39,9 +39,9 @@ TEST(IterationClockTest, AnIterationEndsWhenATensorIsPushedAgain) {
 TEST(IterationClockTest, OneTensorLoopCountsEveryPush) {
   IterationClock clock;
   const Clock::time_point t0{};
-  EXPECT_FALSE(clock.OnPushPull("x", 8, t0));
+  EXPECT_FALSE(clock.OnPushPull(7, 8, t0));
   for (int i = 1; i <= 5; ++i) {
-    auto it = clock.OnPushPull("x", 8, t0 + std::chrono::milliseconds(2 * i));
+    auto it = clock.OnPushPull(7, 8, t0 + std::chrono::milliseconds(2 * i));
     ASSERT_TRUE(it) << i;
     EXPECT_NEAR(it->seconds, 0.002, 1e-9);
     EXPECT_EQ(it->bytes, 8u);
@@ -149,11 +149,11 @@ TEST(OnlineTunerTest, NothingToExploreIsSettledAtOnce) {
 TEST(OnlineTunerTest, CreditChangesOnlyAtIterationBoundaries) {
   OnlineTuner t(Model(8 * kMiB));
   const Clock::time_point t0{};
-  const std::vector<std::string> grads = {"g.3", "g.2", "g.1", "g.0"};
+  const std::vector<uint32_t> grads = {3, 2, 1, 0};
   std::map<int, size_t> changes;  // push_pull index -> new credit
   int k = 0;
   for (int step = 0; step < 20; ++step) {
-    for (const std::string& g : grads) {
+    for (uint32_t g : grads) {
       auto c = t.OnPushPull(g, kMiB, t0 + std::chrono::milliseconds(10 * k));
       if (c) changes[k] = *c;
       ++k;

@@ -2,16 +2,17 @@
 
 namespace byteps::worker::tuning {
 
-std::optional<IterationClock::Iteration> IterationClock::OnPushPull(const std::string& name, size_t bytes,
+std::optional<IterationClock::Iteration> IterationClock::OnPushPull(uint32_t tensor, size_t bytes,
                                                                     Clock::time_point now) {
+  if (tensor >= seen_in_.size()) seen_in_.resize(static_cast<size_t>(tensor) + 1, 0);
   std::optional<Iteration> closed;
-  if (start_ && seen_.count(name) != 0) {
+  if (start_ && seen_in_[tensor] == iteration_) {
     closed = Iteration{std::chrono::duration<double>(now - *start_).count(), bytes_};
-    seen_.clear();
+    ++iteration_;
     bytes_ = 0;
   }
   if (!start_ || closed) start_ = now;
-  seen_.insert(name);
+  seen_in_[tensor] = iteration_;
   bytes_ += bytes;
   return closed;
 }

@@ -9,8 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <string>
-#include <unordered_set>
+#include <vector>
 
 namespace byteps::worker::tuning {
 
@@ -22,11 +21,14 @@ class IterationClock {
     uint64_t bytes = 0;
   };
 
-  // One push_pull of `name` starting at `now`; the iteration it closes, if it closes one.
-  std::optional<Iteration> OnPushPull(const std::string& name, size_t bytes, Clock::time_point now);
+  // One push_pull of the tensor with declared key `tensor` (the KeyAssigner's: small and dense)
+  // starting at `now`; the iteration it closes, if it closes one. No allocation once every
+  // tensor has been seen.
+  std::optional<Iteration> OnPushPull(uint32_t tensor, size_t bytes, Clock::time_point now);
 
  private:
-  std::unordered_set<std::string> seen_;  // names pushed since the last boundary
+  std::vector<uint64_t> seen_in_;  // by declared key: the iteration it was last pushed in (+1)
+  uint64_t iteration_ = 1;
   std::optional<Clock::time_point> start_;
   uint64_t bytes_ = 0;
 };

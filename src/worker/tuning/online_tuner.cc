@@ -42,10 +42,9 @@ size_t OnlineTuner::CandidateAt(int i) const {
   return static_cast<size_t>(i / options_.per_visit) % candidates_.size();
 }
 
-std::optional<size_t> OnlineTuner::OnPushPull(const std::string& name, size_t bytes,
-                                              IterationClock::Clock::time_point now) {
+std::optional<size_t> OnlineTuner::OnPushPull(uint32_t tensor, size_t bytes, IterationClock::Clock::time_point now) {
   if (settled_) return std::nullopt;
-  auto it = clock_.OnPushPull(name, bytes, now);
+  auto it = clock_.OnPushPull(tensor, bytes, now);
   if (!it) return std::nullopt;
   return OnIteration(*it);
 }

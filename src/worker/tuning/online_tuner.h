@@ -49,7 +49,7 @@ class OnlineTuner {
 
   // A push_pull starting now (the engine's hook): returns a new credit to apply before it, at
   // an iteration boundary only.
-  std::optional<size_t> OnPushPull(const std::string& name, size_t bytes, IterationClock::Clock::time_point now);
+  std::optional<size_t> OnPushPull(uint32_t tensor, size_t bytes, IterationClock::Clock::time_point now);
   // One finished iteration, run entirely with current(); returns a new credit for the next one.
   // A small one (below min_iteration_bytes) is ignored.
   std::optional<size_t> OnIteration(const IterationClock::Iteration& it);

@@ -17,6 +17,7 @@
 #include "worker/server_links.h"
 #include "worker/stages/push_pull_stage.h"
 #include "worker/tuning/online_tuner.h"
+#include "worker/tuning/startup_agreement.h"
 
 namespace byteps::worker {
 
@@ -125,13 +126,26 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     if (shut_down_) return Precondition("byteps has been shut down; call init() again");
     if (!failure_.ok()) return failure_.WithContext(fmt::format("push_pull of '{}'", r.name));
   }
+  // The tuning's own push_pulls (names under __byteps.tune.) are not iterations of the job.
+  const bool internal = r.name.rfind(tuning::kInternalTuningPrefix, 0) == 0;
+  std::unique_lock<std::mutex> serial(tune_mu_, std::defer_lock);
+  if (!internal && tuning_.load(std::memory_order_acquire)) serial.lock();
   std::shared_ptr<Operation> op;
   std::optional<size_t> credit;
   {
-    std::lock_guard<std::mutex> lock(plan_mu_);
+    std::unique_lock<std::mutex> lock(plan_mu_);
+    if (online_ && !internal) {
+      BYTEPS_ASSIGN_OR_RETURN(uint32_t index, assigner_->Declare(r.name));
+      OnlineStep step = TuneOnline(index, r.bytes);
+      credit = step.credit;
+      if (step.agree) {
+        lock.unlock();
+        BYTEPS_ASSIGN_OR_RETURN(credit, AgreeOnPartition(*step.agree, index, r.bytes));
+        lock.lock();
+      }
+    }
     BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
     op = MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
-    if (online_) credit = TuneOnline(plan->declared_key, r.bytes);
   }
   // Submissions are applied in order and a new credit before them: it starts with this operation.
   if (credit) loop_->SetCredit(*credit);

@@ -12,12 +12,14 @@
 // ("bps-dispatch"); replies arrive on transport I/O threads; see each part's header.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -60,8 +62,12 @@ class Engine {
   // What push_pull uses (the configured values, or what the tuning chose so far).
   size_t partition_bytes() const;
   size_t credit_bytes() const;  // 0: no cap
-  // The most iterations the online tuner of the credit takes (those pushing at least the credit).
-  static constexpr int kOnlineSettleIterations = 14;
+  // The most iterations the online tuning takes (those pushing at least the credit): the
+  // partition size's phase, where every worker explores it, then the credit's.
+  static constexpr int kOnlineSettleIterations = 20;
+  // The partition size is explored online only for models of at most this many bytes per server
+  // (the servers keep each explored generation's last sums).
+  static constexpr uint64_t kMaxExploredBytesPerServer = uint64_t{512} << 20;
   // True once nothing will change the settings any more (no online tuning, or it settled).
   bool settings_settled() const;
 
@@ -83,8 +89,19 @@ class Engine {
   Status Connect();
   void StartPipeline();
   Status TuneAtStart();  // engine_tuning.cc
-  // The online tuner's hook for one push_pull (under plan_mu_): a new credit to apply before it.
-  std::optional<size_t> TuneOnline(uint32_t declared_key, size_t bytes);  // engine_tuning.cc
+  // The online tuner's hook for one user push_pull of the tensor with index `index` (under
+  // plan_mu_): may switch the partition generation; a new credit to apply before it; or, at the
+  // end of the partition phase, this worker's verdict (a candidate index) to agree on.
+  struct OnlineStep {
+    std::optional<size_t> credit;
+    std::optional<size_t> agree;
+  };
+  OnlineStep TuneOnline(uint32_t index, size_t bytes);  // engine_tuning.cc
+  // Everyone applies worker 0's partition verdict (blocks on an internal push_pull; takes
+  // plan_mu_ itself), then the credit phase starts with this push_pull: the credit to apply.
+  StatusOr<std::optional<size_t>> AgreeOnPartition(size_t mine, uint32_t index, size_t bytes);
+  // The credit tuner's start (under plan_mu_); null when the credit is pinned or cannot move.
+  std::unique_ptr<tuning::OnlineTuner> MakeCreditTuner(size_t credit, size_t partition, int warmup);
   void RecordSettings(size_t partition_bytes);  // for `byteps info` (job_files.h); under mu_
   void FailAll(const Status& st);
 
@@ -103,6 +120,14 @@ class Engine {
   std::unique_ptr<KeyAssigner> assigner_;        // guarded by plan_mu_
   uint64_t next_task_ = 1;                       // guarded by plan_mu_
   std::unique_ptr<tuning::OnlineTuner> online_;  // guarded by plan_mu_; null once settled
+  bool online_partition_ = false;                // guarded by plan_mu_: online_ tunes the partition
+  std::vector<size_t> partition_candidates_;     // generation g uses [g]
+  std::vector<size_t> partition_credits_;        // the credit with each
+  // While online tuning runs, user push_pulls take tune_mu_ for their whole Enqueue, so that the
+  // agreement at the end of the partition phase (which drops plan_mu_ to run its own push_pull)
+  // sees no other user push_pull overtake it.
+  std::atomic<bool> tuning_{false};
+  std::mutex tune_mu_;
 
   mutable std::mutex mu_;
   Status failure_;          // guarded by mu_

@@ -16,7 +16,8 @@
 
 namespace byteps::worker {
 
-static_assert(Engine::kOnlineSettleIterations == tuning::kOnlineSettleIterations);
+static_assert(Engine::kOnlineSettleIterations ==
+              tuning::kPartitionSettleIterations + tuning::kOnlineSettleIterationsAfterPartition);
 
 namespace {
 
@@ -59,6 +60,9 @@ Status Engine::TuneAtStart() {
   o.partition_pinned = config_.partition_bytes_pinned;
   o.credit_partitions = config_.scheduling_credit;
   o.credit_pinned = config_.scheduling_credit_pinned;
+  // Partition generations are the key layout of the whole job: a host with local processes
+  // (their shared-memory local reduce follows the partitions too) keeps the start-up size.
+  o.explore_partition = config_.autotune && !config_.partition_bytes_pinned && config_.local_size == 1 && links_;
   o.model.num_workers = config_.num_workers;
   o.model.num_servers = config_.num_servers;
   o.model.max_partition_bytes = std::min<size_t>(o.model.max_partition_bytes, config_.max_message_bytes / 2);
@@ -69,21 +73,41 @@ Status Engine::TuneAtStart() {
   if (!outcome.ok()) return outcome.status().WithContext("start-up tuning");
   const tuning::StartupOutcome& t = outcome.value();
   loop_->SetCredit(t.credit_bytes.value);
-  // Online tuning of the credit: on by BYTEPS_AUTOTUNE, off for a pinned credit, and only where
+  // Online tuning: the partition size first where every process explores it, then the credit,
+  // which is each worker's own: on by BYTEPS_AUTOTUNE, off for a pinned credit, and only where
   // this process has links of its own to the servers (a host's local root).
   std::string online;
-  if (config_.autotune && !config_.scheduling_credit_pinned && links_ && t.credit_bytes.value > 0) {
-    tuning::OnlineTunerOptions oo;
-    oo.model_credit = t.credit_bytes.value;
-    oo.min_credit = t.partition_bytes.value;  // less than one partition in flight idles the links
-    oo.min_iteration_bytes = t.credit_bytes.value;
-    auto tuner = std::make_unique<tuning::OnlineTuner>(oo);
-    if (!tuner->settled()) {
+  {
+    std::lock_guard<std::mutex> lock(plan_mu_);
+    if (t.partition_candidates.size() > 1) {
+      partition_candidates_ = t.partition_candidates;
+      for (size_t p : partition_candidates_) {
+        partition_credits_.push_back(config_.scheduling_credit_pinned
+                                         ? static_cast<size_t>(config_.scheduling_credit) * p
+                                         : static_cast<size_t>(static_cast<double>(t.credit_bytes.value) * static_cast<double>(p) /
+                                                               static_cast<double>(t.partition_bytes.value)));
+      }
+      tuning::OnlineTunerOptions po;
+      po.what = "partition";
+      po.values = partition_candidates_;
+      po.warmup = tuning::kPartitionWarmup;
+      po.per_visit = 1;
+      po.passes = tuning::kPartitionPasses;
+      // Agreed by every worker (never a pinned credit): the iteration boundaries must be the same everywhere.
+      // An iteration of fewer than 4 of the larger partitions hardly depends on their size.
+      po.min_iteration_bytes = 4 * *std::max_element(partition_candidates_.begin(), partition_candidates_.end());
+      online_ = std::make_unique<tuning::OnlineTuner>(po);
+      online_partition_ = true;
+      online = fmt::format("; the online tuner explores partitions of {} and {} bytes over {} iterations, then the "
+                           "credit over {}",
+                           partition_candidates_[0], partition_candidates_[1], online_->settle_iterations(),
+                           tuning::kOnlineSettleIterationsAfterPartition);
+    } else if (auto tuner = MakeCreditTuner(t.credit_bytes.value, t.partition_bytes.value, 2)) {
       online = fmt::format("; the online tuner explores the credit over the first {} iterations",
                            tuner->settle_iterations());
-      std::lock_guard<std::mutex> lock(plan_mu_);
       online_ = std::move(tuner);
     }
+    tuning_.store(online_ != nullptr, std::memory_order_release);
   }
   std::lock_guard<std::mutex> lock(mu_);
   credit_bytes_ = t.credit_bytes.value;
@@ -108,18 +132,111 @@ void Engine::RecordSettings(size_t partition_bytes) {
   WriteSettingsRecord(config_, r);
 }
 
-std::optional<size_t> Engine::TuneOnline(uint32_t declared_key, size_t bytes) {
-  std::optional<size_t> credit = online_->OnPushPull(declared_key, bytes, tuning::IterationClock::Clock::now());
-  if (!online_->settled()) return credit;
+std::unique_ptr<tuning::OnlineTuner> Engine::MakeCreditTuner(size_t credit, size_t partition, int warmup) {
+  if (!config_.autotune || config_.scheduling_credit_pinned || !links_ || credit == 0) return nullptr;
+  tuning::OnlineTunerOptions oo;
+  oo.model_credit = credit;
+  oo.min_credit = partition;  // less than one partition in flight idles the links
+  oo.min_iteration_bytes = credit;
+  oo.warmup = warmup;
+  auto tuner = std::make_unique<tuning::OnlineTuner>(oo);
+  if (tuner->settled()) return nullptr;
+  return tuner;
+}
+
+Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
+  OnlineStep step;
+  std::optional<size_t> value = online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());
+  if (online_partition_) {
+    if (online_->settled()) {
+      const size_t mine = static_cast<size_t>(
+          std::find(partition_candidates_.begin(), partition_candidates_.end(), online_->current()) -
+          partition_candidates_.begin());
+      step.agree = mine;
+    } else if (value) {
+      const auto g = static_cast<uint32_t>(
+          std::find(partition_candidates_.begin(), partition_candidates_.end(), *value) - partition_candidates_.begin());
+      // Every generation explored keeps its last sums on the servers until the job ends: a model
+      // too large for that keeps the start-up size (the same verdict everywhere: the bytes come
+      // from the declarations).
+      const uint64_t limit = kMaxExploredBytesPerServer * static_cast<uint64_t>(std::max(1, config_.num_servers));
+      if (g != 0 && assigner_->generation() == 0 && assigner_->known_bytes() > limit) {
+        BYTEPS_LOG(Info, "the partition size is not explored online: the model's {} MiB would stay on the servers "
+                   "a second time (more than {} MiB per server)", assigner_->known_bytes() >> 20,
+                   kMaxExploredBytesPerServer >> 20);
+        online_ = MakeCreditTuner(partition_credits_[0], partition_candidates_[0], 0);
+        online_partition_ = false;
+        tuning_.store(online_ != nullptr, std::memory_order_release);
+        if (online_) online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());
+        return step;
+      }
+      if (Status st = assigner_->UseGeneration(g, *value); !st.ok()) {
+        // Every worker meets the same error at the same boundary: all stay where they are.
+        BYTEPS_LOG(Warning, "online tuning of the partition size stopped: {}", st.message());
+        online_.reset();
+        tuning_.store(false, std::memory_order_release);
+        return step;
+      }
+      step.credit = partition_credits_[g];
+    }
+    return step;
+  }
+  step.credit = value;
+  if (!online_->settled()) return step;
   const size_t settled = online_->current();
   const std::string verdict = online_->report();
   online_.reset();
+  tuning_.store(false, std::memory_order_release);
   std::lock_guard<std::mutex> lock(mu_);
   credit_bytes_ = settled;
   settings_report_ += fmt::format("; online: credit {} bytes: {}", settled, verdict);
   BYTEPS_LOG(Info, "settings settled: credit {} bytes: {}", settled, verdict);
   RecordSettings(assigner_->partition_bytes());
-  return credit;
+  return step;
+}
+
+StatusOr<std::optional<size_t>> Engine::AgreeOnPartition(size_t mine, uint32_t index, size_t bytes) {
+  std::string report;
+  {
+    std::lock_guard<std::mutex> lock(plan_mu_);
+    report = online_->report();
+  }
+  EngineCollective collective(this, &plan_mu_, assigner_.get());
+  auto agreed = tuning::ShareFromWorker0(collective, "__byteps.tune.partition", rank_ == 0,
+                                         {0, static_cast<int64_t>(mine),
+                                          static_cast<int64_t>(partition_candidates_.at(mine)), 0});
+  if (!agreed.ok()) return agreed.status().WithContext("online tuning of the partition size");
+  const tuning::SharedVector& v = agreed.value();
+  if (v[1] < 0 || static_cast<size_t>(v[1]) >= partition_candidates_.size() ||
+      partition_candidates_[static_cast<size_t>(v[1])] != static_cast<size_t>(v[2])) {
+    return Precondition(fmt::format("online tuning of the partition size: worker 0 chose candidate {} ({} bytes), "
+                                    "which is not one of this worker's ({} and {} bytes)",
+                                    v[1], v[2], partition_candidates_[0], partition_candidates_[1]));
+  }
+  const auto g = static_cast<uint32_t>(v[1]);
+  const size_t partition = partition_candidates_[g];
+  size_t credit = partition_credits_[g];
+  std::string next;
+  {
+    std::lock_guard<std::mutex> lock(plan_mu_);
+    BYTEPS_RETURN_IF_ERROR(assigner_->UseGeneration(g, partition));
+    online_partition_ = false;
+    online_ = MakeCreditTuner(credit, partition, 0);
+    if (online_) {
+      online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());  // it opens the first iteration
+      next = fmt::format("; the credit is explored over the next {} iterations", online_->settle_iterations());
+    }
+    tuning_.store(online_ != nullptr, std::memory_order_release);
+  }
+  const std::string verdict = fmt::format(
+      "{} (worker 0's measurement: {}){}", g == 0 ? "kept the start-up choice" : "measured faster than the start-up choice",
+      rank_ == 0 ? report : "shared through the servers", next);
+  std::lock_guard<std::mutex> lock(mu_);
+  credit_bytes_ = credit;
+  settings_report_ += fmt::format("; online: partition {} bytes, credit {} bytes: {}", partition, credit, verdict);
+  BYTEPS_LOG(Info, "partition settled: {} bytes, credit {} bytes: {}", partition, credit, verdict);
+  RecordSettings(partition);
+  return std::optional<size_t>(credit);
 }
 
 std::string Engine::settings_report() const {

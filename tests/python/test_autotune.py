@@ -90,8 +90,8 @@ def test_workers_that_disagree_fail_with_a_named_error_never_a_wrong_sum(run_job
     assert not result.leftovers, result
 
 
-# A training loop: 20 steps of three gradients (24 MiB per step, above any credit the model picks
-# on loopback), exact sums every step.
+# A training loop: 24 steps of three gradients (24 MiB per step, above any credit the model picks
+# on loopback), exact sums every step: the online tuning settles within 20 iterations.
 STEPS = """
 import sys
 import numpy as np
@@ -99,7 +99,7 @@ import byteps.numpy as bps
 bps.init()
 rank, n = bps.rank(), bps.size()
 sizes = (3 << 20, 2 << 20, 1 << 20)  # float64 elements: 24 MiB per step
-for step in range(20):
+for step in range(24):
     for i, size in enumerate(sizes):
         x = np.full(size, rank + step + i, dtype=np.float64)
         got = bps.push_pull(x, average=False, name=f"grad.{i}")
@@ -110,24 +110,49 @@ print("ALL OK", flush=True)
 bps.shutdown()
 """
 
-ONLINE_START = re.compile(r"\[worker:(\d+)\].*settings: .*credit (\d+) bytes.*the online tuner explores the "
-                          r"credit over the first (\d+) iterations")
+ONLINE_START = re.compile(r"\[worker:(\d+)\].*settings: partition (\d+) bytes.*credit (\d+) bytes.*the online tuner "
+                          r"explores partitions of (\d+) and (\d+) bytes over (\d+) iterations, then the credit over "
+                          r"(\d+)")
+PARTITION_SETTLED = re.compile(r"\[worker:(\d+)\].*partition settled: (\d+) bytes, credit (\d+) bytes: (.*)")
 ONLINE_SETTLED = re.compile(r"\[worker:(\d+)\].*settings settled: credit (\d+) bytes: (.*?) after (\d+) iterations (.*)")
 
 
-def test_the_online_tuner_settles_within_20_iterations_on_a_candidate(run_job):
+def test_the_online_tuner_settles_within_20_iterations_on_candidates_every_worker_shares(run_job):
+    # On loopback the probe picks the largest partition; the online tuner tries a quarter of it
+    # too, every worker applies worker 0's verdict at the same iteration, then each tunes its
+    # credit. The sums stay exact throughout (checked every step by the script).
     result = run_job(2, 2, STEPS, env={"BYTEPS_LOG_LEVEL": "INFO"}, timeout=120)
     assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
-    started = {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in ONLINE_START.finditer(result.output)}
+    started = {int(m.group(1)): [int(g) for g in m.groups()[1:]] for m in ONLINE_START.finditer(result.output)}
+    chosen = {int(m.group(1)): m for m in PARTITION_SETTLED.finditer(result.output)}
     settled = {int(m.group(1)): m for m in ONLINE_SETTLED.finditer(result.output)}
-    assert sorted(started) == [0, 1] and sorted(settled) == [0, 1], result.output
-    for rank, (model, iterations) in started.items():
-        assert iterations <= 20, iterations
+    assert sorted(started) == [0, 1] and sorted(chosen) == [0, 1] and sorted(settled) == [0, 1], result.output
+    assert started[0][2:] == started[1][2:], started  # the same candidates and schedule everywhere
+    assert chosen[0].group(2) == chosen[1].group(2), (chosen[0].group(0), chosen[1].group(0))
+    for rank, (p0, c0, first, second, n_partition, n_credit) in started.items():
+        assert first == p0 and second != first, started
+        assert n_partition + n_credit <= 20, started
+        partition, credit = int(chosen[rank].group(2)), int(chosen[rank].group(3))
+        assert partition in (first, second), chosen[rank].group(0)
+        assert credit == c0 * partition // p0, (c0, p0, chosen[rank].group(0))
+        assert ("kept the start-up choice" in chosen[rank].group(4)) == (partition == p0), chosen[rank].group(0)
         m = settled[rank]
-        assert int(m.group(4)) == iterations, m.group(0)
-        assert int(m.group(2)) in (model, 2 * model, model // 2), (model, m.group(0))
-        assert ("kept the model's value" in m.group(3)) == (int(m.group(2)) == model), m.group(0)
+        assert int(m.group(4)) == n_credit, m.group(0)
+        assert int(m.group(2)) in (credit, 2 * credit, credit // 2), (credit, m.group(0))
+        assert ("kept the model's value" in m.group(3)) == (int(m.group(2)) == credit), m.group(0)
         assert "median iteration throughput" in m.group(5), m.group(0)
+    assert "worker 0's measurement: kept" in chosen[0].group(4) or "worker 0's measurement: measured" in \
+        chosen[0].group(4), chosen[0].group(0)
+
+
+def test_a_pinned_partition_is_never_explored_online_but_the_credit_is(run_job):
+    result = run_job(2, 2, STEPS, env={"BYTEPS_LOG_LEVEL": "INFO", "BYTEPS_PARTITION_BYTES": "1048576"},
+                     timeout=120)
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+    assert "partition settled" not in result.output and "explores partitions" not in result.output, result.output
+    assert re.search(r"the online tuner explores the credit over the first 14 iterations", result.output)
+    settled = {int(m.group(1)) for m in ONLINE_SETTLED.finditer(result.output)}
+    assert settled == {0, 1}, result.output
 
 
 def test_a_pinned_credit_is_never_tuned_online(run_job):
@@ -137,7 +162,12 @@ def test_a_pinned_credit_is_never_tuned_online(run_job):
     assert sorted(seen) == [0, 1], result.output
     for rank, (partition, _, credit) in seen.items():
         assert credit == 3 * partition, (rank, partition, credit)
-    assert "online tuner" not in result.output and "settings settled" not in result.output, result.output
+    # The partition size is still explored (it is not pinned); the credit follows it in partitions.
+    assert "explores the credit" not in result.output and "settings settled" not in result.output, result.output
+    chosen = {int(m.group(1)): (int(m.group(2)), int(m.group(3))) for m in PARTITION_SETTLED.finditer(result.output)}
+    assert sorted(chosen) == [0, 1], result.output
+    for partition, credit in chosen.values():
+        assert credit == 3 * partition, chosen
 
 
 def test_byteps_info_shows_the_running_workers_chosen_settings_with_why(run_job):

@@ -289,9 +289,10 @@ def test_kill9(cluster, phase, victim):
     wait_ready(watcher, ["worker:0", "worker:1"])
     start_services(cluster, env)
     label = victim_label(victim)
+    gate_opened: dict[str, float] = {}
     if phase == "startup":
         # Scheduler, both servers and worker 1 join; the victim dies before worker 0 joins.
-        gates.open("worker:1")
+        gate_opened["worker:1"] = gates.open("worker:1")
         watcher.wait_regex("scheduler", r"\b3 of 4 nodes", timeout=20)
     else:
         gates.open("worker:0")
@@ -319,9 +320,11 @@ def test_kill9(cluster, phase, victim):
             # Before the rendezvous a node whose scheduler connection drops registers again until
             # its BYTEPS_START_TIMEOUT (counted from its start: the scheduler may be restarted), so
             # that bounds its exit, not the reconnect timeout (CI saw worker 1 exit 8.3 s after).
+            # A worker's start is its init(), when its gate opened, not its spawn (CI saw worker 1
+            # give up 7.8 s after its init, later than spawn + 8 s + slack under load).
             for lb, p in cluster.procs.items():
                 if lb in deadlines:
-                    deadlines[lb] = max(deadlines[lb], p.started + START_TIMEOUT_S + SLACK_S)
+                    deadlines[lb] = max(deadlines[lb], gate_opened.get(lb, p.started) + START_TIMEOUT_S + SLACK_S)
         joined = gates.open("worker:0")
         deadlines["worker:0"] = max(t_kill + DETECT_S, joined + START_TIMEOUT_S + SLACK_S)
     late = watcher.wait_exits(deadlines)

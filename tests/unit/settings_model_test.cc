@@ -76,6 +76,15 @@ TEST(SettingsModelTest, TheLargestMessageCapsThePartition) {
   EXPECT_EQ(Derive({100 * kGbit, 1e-4}, in).partition_bytes.value, 1 * kMiB);
 }
 
+TEST(SettingsModelTest, TheOnlineAlternativeIsFourTimesOrAQuarterWithinTheBounds) {
+  constexpr size_t K = 1024;
+  EXPECT_EQ(PartitionAlternative(256 * K, 256 * K, 4096 * K), 1024 * K);
+  EXPECT_EQ(PartitionAlternative(1024 * K, 256 * K, 4096 * K), 4096 * K);
+  EXPECT_EQ(PartitionAlternative(4096 * K, 256 * K, 4096 * K), 1024 * K);
+  EXPECT_EQ(PartitionAlternative(512 * K, 256 * K, 1024 * K), 1024 * K);  // neither 4x nor 1/4 fits: 2x
+  EXPECT_EQ(PartitionAlternative(256 * K, 256 * K, 256 * K), 0u);
+}
+
 TEST(SettingsModelTest, ReasonsNameTheInputs) {
   const DerivedSettings d = At(kGbit, 2e-3);
   EXPECT_NE(d.partition_bytes.reason.find("956 Mbit/s"), std::string::npos) << d.partition_bytes.reason;

@@ -138,7 +138,9 @@ TEST(StartupAgreementTest, WorkerZeroWithAutotuneOffSkipsTheProbeForEveryone) {
   o[0].credit_partitions = 4;
   o[1].credit_partitions = 2;
   JobRun run = RunJob(o);
-  EXPECT_EQ(run.names, (std::vector<std::string>(3, "__byteps.tune.plan")));
+  std::vector<std::string> expected(3, "__byteps.tune.plan");
+  expected.insert(expected.end(), 3, "__byteps.tune.explore");
+  EXPECT_EQ(run.names, expected);
   for (size_t w = 0; w < 3; ++w) {
     ASSERT_TRUE(run.outcomes[w].ok()) << run.outcomes[w].status().message();
     EXPECT_FALSE(run.outcomes[w].value().probed);
@@ -184,11 +186,41 @@ TEST(StartupAgreementTest, EverythingPinnedOnWorkerZeroMeansNoProbe) {
     x.credit_partitions = 8;
   }
   JobRun run = RunJob(o);
-  EXPECT_EQ(run.names.size(), 2u);  // the plan only
+  EXPECT_EQ(run.names, (std::vector<std::string>{"__byteps.tune.plan", "__byteps.tune.plan", "__byteps.tune.explore",
+                                                  "__byteps.tune.explore"}));  // no probe
   for (auto& r : run.outcomes) {
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r.value().partition_bytes.value, 262144u);
     EXPECT_EQ(r.value().credit_bytes.value, 8u * 262144);
+  }
+}
+
+TEST(StartupAgreementTest, ThePartitionIsExploredOnlineWhenEveryWorkerCan) {
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1), Defaults(2)};
+  for (auto& x : o) x.explore_partition = true;
+  JobRun run = RunJob(o);
+  const size_t chosen = run.outcomes[0].value().partition_bytes.value;
+  const size_t alt = PartitionAlternative(chosen, kMinPartitionBytes, o[0].model.max_partition_bytes);
+  ASSERT_NE(alt, 0u);
+  for (auto& r : run.outcomes) {
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r.value().partition_candidates, (std::vector<size_t>{chosen, alt}));
+  }
+  // One worker that cannot (BYTEPS_AUTOTUNE=0 there, a pinned size, local processes): nobody does.
+  o[1].explore_partition = false;
+  run = RunJob(o);
+  for (auto& r : run.outcomes) {
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(r.value().partition_candidates.empty());
+  }
+  // Workers whose limits give another second candidate (a smaller BYTEPS_MAX_MESSAGE_BYTES): nobody does.
+  o[1].explore_partition = true;
+  o[1].model.max_partition_bytes = alt == chosen * 4 ? chosen * 2 : chosen * 4;
+  ASSERT_NE(PartitionAlternative(chosen, kMinPartitionBytes, o[1].model.max_partition_bytes), alt);
+  run = RunJob(o);
+  for (auto& r : run.outcomes) {
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_TRUE(r.value().partition_candidates.empty());
   }
 }
 

@@ -235,6 +235,53 @@ TEST(KeyAssignerTest, UnsizedPlacementIsRoundRobinFromHash) {
   EXPECT_EQ(ka.server_loads(), std::vector<uint64_t>(kServers, 0));  // unsized does not count
 }
 
+TEST(KeyAssignerTest, AGenerationRePlansEveryTensorUnderKeysOfItsOwn) {
+  KeyAssigner ka(3, 1000);
+  ASSERT_TRUE(ka.Declare("a", SizedDecl({4000, DataType::kUint8})).ok());
+  ASSERT_TRUE(ka.Declare("b", SizedDecl({2500, DataType::kUint8})).ok());
+  ASSERT_TRUE(ka.Plan("c", 3000, DataType::kUint8).ok());  // unsized first use
+  const TensorPlan* a0 = ka.Plan("a", 4000, DataType::kUint8).value();
+  const uint64_t a0_first_key = a0->partitions[0].key;
+  ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
+  EXPECT_EQ(ka.generation(), 1u);
+  EXPECT_EQ(ka.partition_bytes(), 2000u);
+  // Every known tensor is planned in the new generation, balanced where it was declared with its size.
+  EXPECT_EQ(ka.server_loads(), (std::vector<uint64_t>{2000, 2000, 2500}));
+  const TensorPlan* a1 = ka.Plan("a", 4000, DataType::kUint8).value();
+  EXPECT_EQ(a1->index, 0u);
+  EXPECT_EQ(a1->declared_key, (1u << 16) | 0u);
+  ASSERT_EQ(a1->partitions.size(), 2u);
+  EXPECT_EQ(protocol::DeclaredKeyOf(a1->partitions[1].key), (1u << 16) | 0u);
+  const TensorPlan* c1 = ka.Plan("c", 3000, DataType::kUint8).value();
+  EXPECT_EQ(c1->partitions.size(), 2u);
+  EXPECT_EQ(c1->partitions[0].server,
+            static_cast<int>(protocol::PlaceKey(protocol::MakeKey((1u << 16) | 2u, 0), 3)));
+  // The old plan is untouched (an operation in flight keeps it) and comes back with its generation.
+  EXPECT_EQ(a0->partitions.size(), 4u);
+  EXPECT_EQ(a0->partitions[0].key, a0_first_key);
+  ASSERT_TRUE(ka.UseGeneration(0, 1000).ok());
+  EXPECT_EQ(ka.Plan("a", 4000, DataType::kUint8).value(), a0);
+  // A tensor new in generation 0 is planned lazily in generation 1 too, and its size is kept.
+  ASSERT_TRUE(ka.Plan("d", 1500, DataType::kUint8).ok());
+  ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
+  EXPECT_EQ(ka.Plan("d", 1500, DataType::kUint8).value()->partitions.size(), 1u);
+  EXPECT_FALSE(ka.Plan("d", 1600, DataType::kUint8).ok());
+  EXPECT_EQ(ka.Declare("d").value(), 3u);  // the index stays the declaration order
+}
+
+TEST(KeyAssignerTest, GenerationErrorsChangeNothing) {
+  KeyAssigner ka(2, 1000);
+  ASSERT_TRUE(ka.Declare("big", SizedDecl({size_t{70000}, DataType::kUint8})).ok());
+  EXPECT_FALSE(ka.UseGeneration(2, 1000).ok());  // not the next one
+  auto tiny = ka.UseGeneration(1, 1);  // 70000 partitions of one byte: over the limit
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_NE(tiny.message().find("'big'"), std::string::npos) << tiny.message();
+  EXPECT_EQ(ka.generation(), 0u);
+  ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
+  EXPECT_FALSE(ka.UseGeneration(1, 4000).ok());  // an existing generation keeps its size
+  EXPECT_FALSE(ka.UseGeneration(kMaxGenerations, 1000).ok());
+}
+
 // ---- DivideInPlace ---------------------------------------------------------------------------
 
 constexpr int kDivisors[] = {2, 3, 7, 8, 127, 128, 200, 255, 256, 1000, 65537};

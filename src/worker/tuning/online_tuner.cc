@@ -16,17 +16,25 @@ double Median(std::vector<double> v) {
 }
 }  // namespace
 
-OnlineTuner::OnlineTuner(const OnlineTunerOptions& options) : options_(options), current_(options.model_credit) {
+OnlineTuner::OnlineTuner(const OnlineTunerOptions& options) : options_(options) {
   options_.per_visit = std::max(1, options_.per_visit);
   options_.passes = std::max(1, options_.passes);
   options_.warmup = std::max(0, options_.warmup);
-  for (double f : options_.factors) {
-    double want = std::round(static_cast<double>(options_.model_credit) * f);
-    size_t c = std::clamp(static_cast<size_t>(std::max(want, 1.0)), std::max<size_t>(options_.min_credit, 1),
-                          std::max(options_.max_credit, options_.min_credit));
+  std::vector<size_t> values = options_.values;
+  if (values.empty()) {
+    for (double f : options_.factors) {
+      double want = std::round(static_cast<double>(options_.model_credit) * f);
+      values.push_back(std::clamp(static_cast<size_t>(std::max(want, 1.0)), std::max<size_t>(options_.min_credit, 1),
+                                  std::max(options_.max_credit, options_.min_credit)));
+    }
+  } else {
+    options_.model_credit = values[0];
+  }
+  for (size_t c : values) {
     bool dup = std::any_of(candidates_.begin(), candidates_.end(), [&](const Candidate& k) { return k.credit == c; });
     if (!dup) candidates_.push_back(Candidate{c, {}});
   }
+  current_ = options_.model_credit;
   // Nothing to compare (no credit, or every factor clamps to one value): settled from the start.
   if (options_.model_credit == 0 || candidates_.size() < 2) {
     settled_ = true;

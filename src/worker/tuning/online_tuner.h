@@ -1,4 +1,5 @@
-// Online tuning of the credit during the first iterations of training (BYTEPS_AUTOTUNE).
+// Online tuning during the first iterations of training (BYTEPS_AUTOTUNE): one tuner per
+// setting explored, the partition size first (when every worker explores it), then the credit.
 //
 // The start-up model picks the credit from one probe; the online tuner checks it against the
 // job's own iterations. After `warmup` iterations (the first one carries declarations, buffer
@@ -10,12 +11,13 @@
 // An iteration that pushes less than `min_iteration_bytes` (the model's credit: fewer bytes than
 // that never meet the cap, so every candidate would run it alike) is not counted at all.
 //
-// Only the credit is tuned online: it is each worker's own (a cap on its bytes in flight), so it
-// needs no agreement, and a new value applies from the next iteration's first push_pull, never in
-// the middle of one. The partition size fixes the key layout on the servers; it is chosen once, at
-// start-up, from the probe of three partition sizes (startup_agreement.h). Every worker runs the
-// same schedule on the same iteration boundaries (a synchronous step ends together everywhere),
-// so the candidates are measured in lockstep; each worker keeps its own verdict.
+// A new value applies from the next iteration's first push_pull, never in the middle of one.
+// Every worker runs the same schedule on the same iteration boundaries (the boundaries come from
+// the push_pull stream, which is the same everywhere), so the candidates are measured in
+// lockstep. The credit is each worker's own (a cap on its bytes in flight): each keeps its own
+// verdict. The partition size fixes the key layout on the servers: its candidates are given
+// explicitly (`values`), every worker switches at the same boundaries, and the engine makes
+// everyone apply worker 0's verdict (engine_tuning.cc).
 // Threading: not thread-safe; the engine calls it under its planning lock.
 #pragma once
 
@@ -29,9 +31,12 @@
 namespace byteps::worker::tuning {
 
 struct OnlineTunerOptions {
+  std::string what = "credit";  // the setting, for the report
   size_t model_credit = 0;  // bytes, > 0 (the start-up choice)
   size_t min_credit = 0;    // candidates are clamped into [min, max]
   size_t max_credit = size_t{1} << 30;
+  // Explicit candidates ([0]: the start-up choice), used instead of model_credit x factors.
+  std::vector<size_t> values;
   uint64_t min_iteration_bytes = 0;
   std::vector<double> factors = {1.0, 2.0, 0.5};  // the first is the model's own value
   int warmup = 2;
@@ -40,14 +45,22 @@ struct OnlineTunerOptions {
   double keep_margin = 0.03;
 };
 
-// settle_iterations() with the default options: the most any job takes.
+// settle_iterations() of the credit tuner with the default options.
 inline constexpr int kOnlineSettleIterations = 14;
+// The partition-size phase that runs before it when the partition is explored: 2 warm-up
+// iterations, then the two candidates alternately, 3 times each (a new generation's first
+// iteration also initialises its keys on the servers: the median of 3 drops it).
+inline constexpr int kPartitionWarmup = 2;
+inline constexpr int kPartitionPasses = 3;
+inline constexpr int kPartitionSettleIterations = kPartitionWarmup + 2 * kPartitionPasses;
+// The credit phase after a partition phase needs no warm-up of its own.
+inline constexpr int kOnlineSettleIterationsAfterPartition = kOnlineSettleIterations - 2;
 
 class OnlineTuner {
  public:
   explicit OnlineTuner(const OnlineTunerOptions& options);
 
-  // A push_pull starting now (the engine's hook): returns a new credit to apply before it, at
+  // A push_pull starting now (the engine's hook): returns a new value to apply before it, at
   // an iteration boundary only.
   std::optional<size_t> OnPushPull(uint32_t tensor, size_t bytes, IterationClock::Clock::time_point now);
   // One finished iteration, run entirely with current(); returns a new credit for the next one.

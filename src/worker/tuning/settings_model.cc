@@ -19,6 +19,14 @@ size_t RoundPartition(double bytes, size_t lo, size_t hi) {
   return std::clamp(static_cast<size_t>(std::ldexp(1.0, static_cast<int>(exponent))), lo, hi);
 }
 
+size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi) {
+  if (chosen == 0) return 0;
+  for (size_t c : {chosen * 4, chosen / 4, chosen * 2, chosen / 2}) {
+    if (c >= lo && c <= hi && c != chosen) return c;
+  }
+  return 0;
+}
+
 DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
   DerivedSettings out;
   const size_t hi = std::max<size_t>(in.max_partition_bytes, 4096);

@@ -52,6 +52,10 @@ struct DerivedSettings {
 // uncapped (0), the behaviour of the fixed defaults.
 DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in);
 
+// The partition size the online tuner tries against `chosen`: 4x, else 1/4, else 2x, else 1/2
+// of it, the first within [lo, hi]; 0 when none is.
+size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi);
+
 // A size rounded to the nearest power of two (in log terms) within [lo, hi].
 size_t RoundPartition(double bytes, size_t lo, size_t hi);
 

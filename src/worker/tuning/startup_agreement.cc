@@ -11,26 +11,31 @@ namespace byteps::worker::tuning {
 
 namespace {
 
-constexpr int64_t kVersion = 1;
-using Vector = std::array<int64_t, 4>;
+using Vector = SharedVector;
+constexpr int64_t kVersion = kSettingsVersion;
 using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Worker 0 contributes `mine`, everyone else zeros; everyone gets worker 0's values back.
-StatusOr<Vector> Share(Collective& c, const std::string& name, bool is_rank0, const Vector& mine) {
-  Vector v{};
+}  // namespace
+
+StatusOr<SharedVector> ShareFromWorker0(Collective& c, const std::string& name, bool is_rank0,
+                                        const SharedVector& mine) {
+  SharedVector v{};
   if (is_rank0) v = mine;
+  v[0] = is_rank0 ? kSettingsVersion : 0;
   BYTEPS_RETURN_IF_ERROR(c.PushPull(name, v.data(), sizeof(v), DataType::kInt64));
-  if (v[0] != kVersion) {
+  if (v[0] != kSettingsVersion) {
     return Precondition(fmt::format(
-        "start-up settings ('{}'): expected version {} from worker 0, the sum says {}: {}", name, kVersion, v[0],
-        v[0] == 0        ? "no worker acts as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
-        : v[0] > kVersion ? "several workers act as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
-                          : "the workers run different byteps versions"));
+        "settings ('{}'): expected version {} from worker 0, the sum says {}: {}", name, kSettingsVersion, v[0],
+        v[0] == 0                ? "no worker acts as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
+        : v[0] > kSettingsVersion ? "several workers act as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
+                                  : "the workers run different byteps versions"));
   }
   return v;
 }
+
+namespace {
 
 Status PushPullZeros(Collective& c, const std::string& name, std::vector<float>& buffer) {
   return c.PushPull(name, buffer.data(), buffer.size() * sizeof(float), DataType::kFloat32);
@@ -79,11 +84,27 @@ double GoodputFromProbe(const std::array<double, kProbeCandidates.size()>& secon
   return b;
 }
 
+// Every process says whether it can explore the partition size online and with which second
+// candidate (in KiB); the sums show whether all can and all name the same one (sum of squares
+// times n equals the square of the sum only when every value is equal).
+static Status AgreeOnExploration(Collective& c, const StartupOptions& o, StartupOutcome& out) {
+  const size_t alt = out.probed && o.explore_partition
+                         ? PartitionAlternative(out.partition_bytes.value, kMinPartitionBytes, o.model.max_partition_bytes)
+                         : 0;
+  const int64_t kib = static_cast<int64_t>(alt >> 10);
+  Vector v{alt ? 1 : 0, 1, kib, kib * kib};
+  BYTEPS_RETURN_IF_ERROR(c.PushPull("__byteps.tune.explore", v.data(), sizeof(v), DataType::kInt64));
+  if (alt != 0 && v[0] == v[1] && v[2] * v[2] == v[1] * v[3] && v[2] == v[1] * kib) {
+    out.partition_candidates = {out.partition_bytes.value, alt};
+  }
+  return Status::Ok();
+}
+
 StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o) {
   const bool probe = o.autotune && !(o.partition_pinned && o.credit_pinned);
   BYTEPS_ASSIGN_OR_RETURN(
       Vector plan,
-      Share(c, "__byteps.tune.plan", o.is_rank0, {kVersion, probe ? 1 : 0, static_cast<int64_t>(o.partition_bytes), 0}));
+      ShareFromWorker0(c, "__byteps.tune.plan", o.is_rank0, {kVersion, probe ? 1 : 0, static_cast<int64_t>(o.partition_bytes), 0}));
   StartupOutcome out;
   out.partition_bytes = {static_cast<size_t>(plan[2]), o.partition_pinned && o.is_rank0 ? "set by BYTEPS_PARTITION_BYTES"
                                                        : o.is_rank0                     ? "the default"
@@ -106,7 +127,7 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
       decision = {kVersion, static_cast<int64_t>(derived.partition_bytes.value),
                   static_cast<int64_t>(derived.credit_bytes.value), static_cast<int64_t>(mine.goodput_Bps)};
     }
-    BYTEPS_ASSIGN_OR_RETURN(Vector agreed, Share(c, "__byteps.tune.settings", o.is_rank0, decision));
+    BYTEPS_ASSIGN_OR_RETURN(Vector agreed, ShareFromWorker0(c, "__byteps.tune.settings", o.is_rank0, decision));
     out.link = o.is_rank0 ? mine : LinkEstimate{static_cast<double>(agreed[3]), 0};
     out.partition_bytes = o.is_rank0 ? derived.partition_bytes
                                      : Choice{static_cast<size_t>(agreed[1]), "worker 0's start-up probe"};
@@ -118,6 +139,9 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
       out.credit_bytes = {static_cast<size_t>(agreed[2]), "worker 0's start-up probe"};
     }
   }
+  // Before the check below: a worker that fails it leaves the job, and the others learn that
+  // from the job, not by waiting for it in a push_pull it skipped.
+  BYTEPS_RETURN_IF_ERROR(AgreeOnExploration(c, o, out));
   if (o.partition_pinned && out.partition_bytes.value != o.partition_bytes) {
     return Precondition(fmt::format(
         "BYTEPS_PARTITION_BYTES={} here but worker 0 partitions tensors into {} bytes: every worker must use the "

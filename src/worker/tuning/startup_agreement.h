@@ -17,12 +17,17 @@
 //   __byteps.tune.p256, p1024, p4096            4 MiB each, 3 times, interleaved, in partitions of
 //                                               256 KiB, 1 MiB, 4 MiB: the fastest run gives B
 //   __byteps.tune.settings   int64[4]  worker 0: {version, partition, credit, goodput}
+//   __byteps.tune.explore    int64[4]  every process: {can explore, 1, second candidate KiB, its square}:
+//                                       the partition size is explored online only if all can,
+//                                       with the same candidates (engine_tuning.cc)
 // Threading: runs on the thread that starts the engine; the collective's calls block.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -30,6 +35,8 @@
 
 namespace byteps::worker::tuning {
 
+// The names of the tuning's own push_pulls start with this (they are not the job's iterations).
+inline constexpr const char* kInternalTuningPrefix = "__byteps.tune.";
 inline constexpr size_t kProbeWarmBytes = 1u << 20;
 inline constexpr size_t kProbeBytes = 4u << 20;
 inline constexpr std::array<size_t, 3> kProbeCandidates = {256u << 10, 1u << 20, 4u << 20};
@@ -44,6 +51,14 @@ class Collective {
   virtual void SetPartitionBytes(size_t bytes) = 0;
 };
 
+// Worker 0's values, learnt by everyone through one push_pull of `name` in which worker 0
+// contributes `mine` (its [0] becomes kSettingsVersion) and the others zeros. Errors: the push_pull's,
+// or a sum that shows no worker 0, several, or another version.
+inline constexpr int64_t kSettingsVersion = 1;
+using SharedVector = std::array<int64_t, 4>;
+StatusOr<SharedVector> ShareFromWorker0(Collective& c, const std::string& name, bool is_rank0,
+                                        const SharedVector& mine);
+
 struct StartupOptions {
   bool is_rank0 = false;
   bool autotune = true;             // BYTEPS_AUTOTUNE (worker 0's counts)
@@ -51,6 +66,9 @@ struct StartupOptions {
   bool partition_pinned = false;    // set explicitly: never changed, must match worker 0's
   int credit_partitions = 0;        // this worker's configured credit in partitions (0: no cap)
   bool credit_pinned = false;
+  // This process can explore the partition size online (autotune on, partition not pinned, its
+  // host's only process): it does only where every process can.
+  bool explore_partition = false;
   ModelInputs model;
 };
 
@@ -60,6 +78,8 @@ struct StartupOutcome {
   std::string probe_times;  // worker 0: each candidate's time, for the log
   Choice partition_bytes;
   Choice credit_bytes;
+  // Partition sizes to explore online ([0]: the one chosen above); empty: none.
+  std::vector<size_t> partition_candidates;
 };
 
 // B from the candidates' fastest times and the round trip: a push_pull of M bytes in partitions

@@ -64,7 +64,7 @@ class Engine {
   size_t credit_bytes() const;  // 0: no cap
   // The most iterations the online tuning takes (those pushing at least the credit): the
   // partition size's phase, where every worker explores it, then the credit's.
-  static constexpr int kOnlineSettleIterations = 20;
+  static constexpr int kOnlineSettleIterations = 19;
   // The partition size is explored online only for models of at most this many bytes per server
   // (the servers keep each explored generation's last sums).
   static constexpr uint64_t kMaxExploredBytesPerServer = uint64_t{512} << 20;
@@ -101,7 +101,9 @@ class Engine {
   // plan_mu_ itself), then the credit phase starts with this push_pull: the credit to apply.
   StatusOr<std::optional<size_t>> AgreeOnPartition(size_t mine, uint32_t index, size_t bytes);
   // The credit tuner's start (under plan_mu_); null when the credit is pinned or cannot move.
-  std::unique_ptr<tuning::OnlineTuner> MakeCreditTuner(size_t credit, size_t partition, int warmup);
+  // per_visit / passes 0: the tuner's defaults.
+  std::unique_ptr<tuning::OnlineTuner> MakeCreditTuner(size_t credit, size_t partition, int warmup, int per_visit = 0,
+                                                       int passes = 0);
   void RecordSettings(size_t partition_bytes);  // for `byteps info` (job_files.h); under mu_
   void FailAll(const Status& st);
 

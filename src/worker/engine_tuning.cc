@@ -84,8 +84,7 @@ Status Engine::TuneAtStart() {
       for (size_t p : partition_candidates_) {
         partition_credits_.push_back(config_.scheduling_credit_pinned
                                          ? static_cast<size_t>(config_.scheduling_credit) * p
-                                         : static_cast<size_t>(static_cast<double>(t.credit_bytes.value) * static_cast<double>(p) /
-                                                               static_cast<double>(t.partition_bytes.value)));
+                                         : tuning::CreditForPartition(t.credit_bytes.value, t.partition_bytes.value, p));
       }
       tuning::OnlineTunerOptions po;
       po.what = "partition";
@@ -132,13 +131,16 @@ void Engine::RecordSettings(size_t partition_bytes) {
   WriteSettingsRecord(config_, r);
 }
 
-std::unique_ptr<tuning::OnlineTuner> Engine::MakeCreditTuner(size_t credit, size_t partition, int warmup) {
+std::unique_ptr<tuning::OnlineTuner> Engine::MakeCreditTuner(size_t credit, size_t partition, int warmup,
+                                                             int per_visit, int passes) {
   if (!config_.autotune || config_.scheduling_credit_pinned || !links_ || credit == 0) return nullptr;
   tuning::OnlineTunerOptions oo;
   oo.model_credit = credit;
   oo.min_credit = partition;  // less than one partition in flight idles the links
   oo.min_iteration_bytes = credit;
   oo.warmup = warmup;
+  if (per_visit > 0) oo.per_visit = per_visit;
+  if (passes > 0) oo.passes = passes;
   auto tuner = std::make_unique<tuning::OnlineTuner>(oo);
   if (tuner->settled()) return nullptr;
   return tuner;
@@ -164,7 +166,8 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
         BYTEPS_LOG(Info, "the partition size is not explored online: the model's {} MiB would stay on the servers "
                    "a second time (more than {} MiB per server)", assigner_->known_bytes() >> 20,
                    kMaxExploredBytesPerServer >> 20);
-        online_ = MakeCreditTuner(partition_credits_[0], partition_candidates_[0], 0);
+        online_ = MakeCreditTuner(partition_credits_[0], partition_candidates_[0], 0,
+                                  tuning::kCreditAfterPartitionPerVisit, tuning::kCreditAfterPartitionPasses);
         online_partition_ = false;
         tuning_.store(online_ != nullptr, std::memory_order_release);
         if (online_) online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());
@@ -221,7 +224,8 @@ StatusOr<std::optional<size_t>> Engine::AgreeOnPartition(size_t mine, uint32_t i
     std::lock_guard<std::mutex> lock(plan_mu_);
     BYTEPS_RETURN_IF_ERROR(assigner_->UseGeneration(g, partition));
     online_partition_ = false;
-    online_ = MakeCreditTuner(credit, partition, 0);
+    online_ = MakeCreditTuner(credit, partition, 0, tuning::kCreditAfterPartitionPerVisit,
+                              tuning::kCreditAfterPartitionPasses);
     if (online_) {
       online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());  // it opens the first iteration
       next = fmt::format("; the credit is explored over the next {} iterations", online_->settle_iterations());

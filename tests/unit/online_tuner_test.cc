@@ -155,10 +155,10 @@ TEST(OnlineTunerTest, ThePartitionPhaseAlternatesExplicitCandidatesEveryIteratio
   });
   EXPECT_TRUE(run.tuner.settled());
   EXPECT_EQ(run.tuner.current(), 1u << 20);
-  const std::vector<size_t> want = {256, 256, 256, 1024, 256, 1024, 256, 1024};
+  const std::vector<size_t> want = {256, 256, 256, 1024, 256, 1024, 256, 1024, 256, 1024};
   ASSERT_EQ(run.credit_per_iteration.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(run.credit_per_iteration[i], want[i] << 10) << i;
-  EXPECT_EQ(kPartitionSettleIterations + kOnlineSettleIterationsAfterPartition, 20)
+  EXPECT_LE(kPartitionSettleIterations + kOnlineSettleIterationsAfterPartition, 20)
       << "the issue's bound: settled within about 20 iterations";
 }
 

@@ -85,6 +85,15 @@ TEST(SettingsModelTest, TheOnlineAlternativeIsFourTimesOrAQuarterWithinTheBounds
   EXPECT_EQ(PartitionAlternative(256 * K, 256 * K, 256 * K), 0u);
 }
 
+TEST(SettingsModelTest, TheAlternativePartitionKeepsTheBytesInFlightAndAtLeast16) {
+  constexpr size_t K = 1024;
+  EXPECT_EQ(CreditForPartition(8192 * K, 256 * K, 1024 * K), 16384 * K);  // 16 partitions of 1 MiB
+  EXPECT_EQ(CreditForPartition(65536 * K, 256 * K, 1024 * K), 65536 * K);  // the same bytes in flight
+  EXPECT_EQ(CreditForPartition(131072 * K, 4096 * K, 1024 * K), 32768 * K);  // scaled down with the size
+  EXPECT_EQ(CreditForPartition(65536 * K, 4096 * K, 1024 * K), 16384 * K);   // but 16 partitions at least
+  EXPECT_EQ(CreditForPartition(0, 256 * K, 1024 * K), 0u);                   // no cap stays no cap
+}
+
 TEST(SettingsModelTest, ReasonsNameTheInputs) {
   const DerivedSettings d = At(kGbit, 2e-3);
   EXPECT_NE(d.partition_bytes.reason.find("956 Mbit/s"), std::string::npos) << d.partition_bytes.reason;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/logging.h"
+
 namespace byteps::worker::tuning {
 
 namespace {
@@ -63,6 +65,8 @@ std::optional<size_t> OnlineTuner::OnIteration(const IterationClock::Iteration& 
   if (i >= 0 && it.seconds > 0) {
     candidates_[CandidateAt(i)].throughput.push_back(static_cast<double>(it.bytes) / it.seconds);
   }
+  BYTEPS_LOG(Debug, "online tuner ({}): iteration {} with {} bytes: {} bytes in {:.1f} ms{}", options_.what, iterations_,
+             current_, it.bytes, it.seconds * 1e3, i < 0 ? " (warm-up)" : "");
   const size_t before = current_;
   if (iterations_ >= settle_iterations()) {
     Settle();

@@ -48,13 +48,17 @@ struct OnlineTunerOptions {
 // settle_iterations() of the credit tuner with the default options.
 inline constexpr int kOnlineSettleIterations = 14;
 // The partition-size phase that runs before it when the partition is explored: 2 warm-up
-// iterations, then the two candidates alternately, 3 times each (a new generation's first
-// iteration also initialises its keys on the servers: the median of 3 drops it).
+// iterations, then the two candidates alternately, 4 times each (a new generation's first
+// iteration also initialises its keys on the servers: the median of 4 drops it).
 inline constexpr int kPartitionWarmup = 2;
-inline constexpr int kPartitionPasses = 3;
+inline constexpr int kPartitionPasses = 4;
 inline constexpr int kPartitionSettleIterations = kPartitionWarmup + 2 * kPartitionPasses;
-// The credit phase after a partition phase needs no warm-up of its own.
-inline constexpr int kOnlineSettleIterationsAfterPartition = kOnlineSettleIterations - 2;
+// The credit phase after a partition phase: no warm-up of its own, one iteration per visit, three
+// passes over the three candidates (the partition phase's samples matter more: its candidates
+// differ by more).
+inline constexpr int kCreditAfterPartitionPerVisit = 1;
+inline constexpr int kCreditAfterPartitionPasses = 3;
+inline constexpr int kOnlineSettleIterationsAfterPartition = 3 * kCreditAfterPartitionPerVisit * kCreditAfterPartitionPasses;
 
 class OnlineTuner {
  public:

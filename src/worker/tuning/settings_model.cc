@@ -27,6 +27,12 @@ size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi) {
   return 0;
 }
 
+size_t CreditForPartition(size_t credit, size_t chosen, size_t partition) {
+  if (credit == 0 || chosen == 0) return credit;
+  const double scaled = static_cast<double>(credit) * static_cast<double>(partition) / static_cast<double>(chosen);
+  return std::max(16 * partition, std::min(credit, static_cast<size_t>(scaled)));
+}
+
 DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
   DerivedSettings out;
   const size_t hi = std::max<size_t>(in.max_partition_bytes, 4096);

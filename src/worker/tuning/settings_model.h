@@ -56,6 +56,12 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in);
 // of it, the first within [lo, hi]; 0 when none is.
 size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi);
 
+// The credit that goes with partitions of `partition` when the model chose `credit` for
+// partitions of `chosen`: the same bytes in flight, scaled down with smaller partitions, and never
+// fewer than 16 partitions (the sweep: 1 MiB partitions ran best with 16 in flight where the model
+// gave 8 MiB for 256 KiB ones; 8 max(n, k) of them queued too much). 0 (no cap) stays 0.
+size_t CreditForPartition(size_t credit, size_t chosen, size_t partition);
+
 // A size rounded to the nearest power of two (in log terms) within [lo, hi].
 size_t RoundPartition(double bytes, size_t lo, size_t hi);
 

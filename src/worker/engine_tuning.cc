@@ -90,8 +90,9 @@ Status Engine::TuneAtStart() {
       po.what = "partition";
       po.values = partition_candidates_;
       po.warmup = tuning::kPartitionWarmup;
-      po.per_visit = 1;
+      po.per_visit = tuning::kPartitionPerVisit;
       po.passes = tuning::kPartitionPasses;
+      po.fastest_half = true;
       // Agreed by every worker (never a pinned credit): the iteration boundaries must be the same everywhere.
       // An iteration of fewer than 4 of the larger partitions hardly depends on their size.
       po.min_iteration_bytes = 4 * *std::max_element(partition_candidates_.begin(), partition_candidates_.end());

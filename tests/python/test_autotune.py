@@ -90,15 +90,16 @@ def test_workers_that_disagree_fail_with_a_named_error_never_a_wrong_sum(run_job
     assert not result.leftovers, result
 
 
-# A training loop: 24 steps of three gradients (24 MiB per step, above any credit the model picks
-# on loopback), exact sums every step: the online tuning settles within 20 iterations.
+# A training loop: 24 steps of three gradients (96 MiB per step, above any credit the model picks
+# on loopback, 16 partitions of 4 MiB included), exact sums every step: the online tuning settles
+# within 20 iterations.
 STEPS = """
 import sys
 import numpy as np
 import byteps.numpy as bps
 bps.init()
 rank, n = bps.rank(), bps.size()
-sizes = (3 << 20, 2 << 20, 1 << 20)  # float64 elements: 24 MiB per step
+sizes = (6 << 20, 4 << 20, 2 << 20)  # float64 elements: 96 MiB per step
 for step in range(24):
     for i, size in enumerate(sizes):
         x = np.full(size, rank + step + i, dtype=np.float64)

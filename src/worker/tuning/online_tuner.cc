@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "common/logging.h"
 
@@ -15,6 +16,15 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+// Throughputs: the mean of the larger half (the fastest iterations).
+double FastestHalfMean(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end(), std::greater<>());
+  const size_t k = (v.size() + 1) / 2;
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += v[i];
+  return sum / static_cast<double>(k);
 }
 }  // namespace
 
@@ -60,7 +70,20 @@ std::optional<size_t> OnlineTuner::OnPushPull(uint32_t tensor, size_t bytes, Ite
 }
 
 std::optional<size_t> OnlineTuner::OnIteration(const IterationClock::Iteration& it) {
-  if (settled_ || it.bytes < options_.min_iteration_bytes) return std::nullopt;
+  if (settled_) return std::nullopt;
+  if (it.bytes < options_.min_iteration_bytes) {
+    // A job whose iterations never reach the threshold: the setting cannot matter, stop watching.
+    if (++small_in_a_row_ < settle_iterations()) return std::nullopt;
+    const size_t before = current_;
+    settled_ = true;
+    current_ = candidates_[0].credit;
+    report_ = fmt::format("kept the model's value: {} iterations in a row pushed fewer than {} bytes, too few for "
+                          "the {} to matter",
+                          small_in_a_row_, options_.min_iteration_bytes, options_.what);
+    if (current_ == before) return std::nullopt;
+    return current_;
+  }
+  small_in_a_row_ = 0;
   const int i = iterations_++ - options_.warmup;  // the iteration that just finished
   if (i >= 0 && it.seconds > 0) {
     candidates_[CandidateAt(i)].throughput.push_back(static_cast<double>(it.bytes) / it.seconds);
@@ -80,7 +103,9 @@ std::optional<size_t> OnlineTuner::OnIteration(const IterationClock::Iteration& 
 void OnlineTuner::Settle() {
   settled_ = true;
   std::vector<double> med;
-  for (const Candidate& c : candidates_) med.push_back(Median(c.throughput));
+  for (const Candidate& c : candidates_) {
+    med.push_back(options_.fastest_half ? FastestHalfMean(c.throughput) : Median(c.throughput));
+  }
   size_t best = 0;
   for (size_t k = 1; k < candidates_.size(); ++k) {
     if (med[k] > med[best]) best = k;
@@ -91,10 +116,11 @@ void OnlineTuner::Settle() {
   for (size_t k = 0; k < candidates_.size(); ++k) {
     table += fmt::format("{}{} bytes {:.0f} MB/s", k == 0 ? "" : ", ", candidates_[k].credit, med[k] / 1e6);
   }
-  report_ = fmt::format("{} after {} iterations (median iteration throughput: {}; the model's value stays "
+  report_ = fmt::format("{} after {} iterations ({} iteration throughput: {}; the model's value stays "
                         "unless another is {:.0f}% faster)",
                         best == 0 ? "kept the model's value" : "measured faster than the model's",
-                        iterations_, table, options_.keep_margin * 100);
+                        iterations_, options_.fastest_half ? "fastest-half mean" : "median", table,
+                        options_.keep_margin * 100);
 }
 
 }  // namespace byteps::worker::tuning

@@ -135,8 +135,9 @@ constexpr Entry kRegistry[] = {
      [](const Config& c) { return fmt::to_string(c.scheduling_credit); }},
     {"BYTEPS_AUTOTUNE", "bool",
      "worker 0 probes the network at start-up and picks the partition size and credit for every "
-     "worker, then each worker tunes its credit online over its first 14 large iterations "
-     "(docs/performance.md); values set explicitly are kept",
+     "worker, then, over the first 19 large iterations, every worker tries a second partition size and "
+     "applies worker 0's verdict, and each worker tunes its own credit (docs/performance.md); values set "
+     "explicitly are kept",
      [](const Arg& a, Config& c) { return SetBool(a, c.autotune); },
      [](const Config& c) { return fmt::to_string(c.autotune ? 1 : 0); }},
     {"BYTEPS_FORCE_DISTRIBUTED", "bool", "use the scheduler and servers even with one worker",

@@ -65,6 +65,7 @@ int byteps_init(void) {
   byteps::log::SetLevel(cfg->log_level);
   byteps::log::SetHideTime(cfg->log_hide_time);
   byteps::log::SetIdentity(fmt::format("worker:{}", cfg->worker_id < 0 ? 0 : cfg->worker_id));
+  byteps::config::LogWarnings(cfg.value());
   auto engine = byteps::worker::Engine::Start(cfg.value());
   if (!engine.ok()) return SetError(engine.status());
   g_engine = std::move(engine.value());

@@ -30,6 +30,7 @@ byteps::StatusOr<byteps::config::Config> LoadFor(Role role, const char* identity
     byteps::log::SetLevel(c->log_level);
     byteps::log::SetHideTime(c->log_hide_time);
     byteps::log::SetIdentity(identity);
+    byteps::config::LogWarnings(c.value());
   }
   return c;
 }
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
   auto* sched = app.add_subcommand("scheduler", "run the scheduler (DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER, DMLC_NUM_SERVER)");
   auto* server = app.add_subcommand("server", "run a summation server until the job ends");
   auto* info = app.add_subcommand("info", "print the effective configuration");
+  bool info_config = false;
+  info->add_flag("--config", info_config,
+                 "every variable byteps knows, with what it does here (honoured, mapped, ignored, build-time)");
   auto* bench = app.add_subcommand("bench", "push-pull benchmark (run as every worker of a job, e.g. via bpsrun)");
   byteps::cli::BenchOptions bo;
   std::string min_b = "4", max_b = "256M", tb = "4096";
@@ -109,9 +113,14 @@ int main(int argc, char** argv) {
   }
   if (*info) {
     auto env = byteps::config::ProcessEnvironment();
+    if (info_config) {
+      fmt::print("{}", byteps::config::DescribeDispositions(env));
+      return 0;
+    }
     auto c = byteps::config::Load(env);
     if (!c.ok()) return Fail(c.status(), "info");
     fmt::print("{}", byteps::config::Describe(c.value(), env));
+    for (const std::string& w : c->warnings) fmt::print("warning: {}\n", w);
     PrintChosenSettings(c.value());
     return 0;
   }

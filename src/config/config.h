@@ -73,6 +73,12 @@ struct Config {
   bool log_hide_time = false;          // BYTEPS_LOG_HIDE_TIME
   int ps_verbose = 0;                  // PS_VERBOSE (0..2; >=1 raises the level to INFO/DEBUG)
 
+  // Compatibility.
+  bool strict_config = false;          // BYTEPS_STRICT_CONFIG: the warnings below are errors
+  // One line per variable that is set but ignored, or asks for what this build cannot do (with the
+  // fallback taken). Load fills it; each process logs it once at WARNING.
+  std::vector<std::string> warnings;
+
   // True when this worker must talk to a scheduler and servers.
   bool distributed() const { return num_workers > 1 || force_distributed; }
   // Global rank/size of a worker process (BytePS: rank = local_rank + worker_id * local_size).
@@ -85,6 +91,7 @@ struct SettingInfo {
   std::string type;      // "int", "bytes", "bool", "seconds", "string", "role", "level"
   std::string default_value;
   std::string help;
+  std::string disposition;  // "honoured", "mapped", "ignored", "build-time" (registry.h)
 };
 const std::vector<SettingInfo>& Settings();
 
@@ -99,5 +106,12 @@ Status Validate(const Config& c);
 
 // "NAME = value   (default d)  help" lines for `byteps info`; marks values that came from env.
 std::string Describe(const Config& c, const Environment& env);
+
+// Every variable byteps knows (its own and the original BytePS / ps-lite ones) with what it does
+// here: honoured, mapped, ignored (with why) or build-time, for `byteps info --config`.
+std::string DescribeDispositions(const Environment& env);
+
+// Logs Config::warnings once each at WARNING (the roles' and the library's start).
+void LogWarnings(const Config& c);
 
 }  // namespace byteps::config

@@ -100,7 +100,7 @@ const std::vector<SettingInfo>& Settings() {
       std::string def;
       if (e.show != nullptr) def = e.show(defaults);
       else def = e.fallback;
-      out.push_back({e.name, e.type, def, e.help});
+      out.push_back({e.name, e.type, def, e.help, DispositionName(e.disposition)});
     }
     return out;
   }();
@@ -113,13 +113,22 @@ StatusOr<Config> Load(const Environment& env) {
   Config c;
   for (const Entry& e : Registry()) {
     const std::string* value = Lookup(env, e.name);
-    if (value == nullptr || IsIgnored(e)) continue;
+    if (value == nullptr) continue;
+    if (IsIgnored(e)) {
+      if (e.disposition == Disposition::kIgnored) {
+        c.warnings.push_back(fmt::format("{}={} is accepted and ignored: {}", e.name, *value, e.help));
+      }
+      continue;
+    }
     Status s = e.set(Arg{e.name, *value}, c);
     if (!s.ok()) errors.push_back(s.message());
   }
   for (const auto& [name, value] : env) {
     if (value.empty() || !IsOurPrefix(name) || FindEntry(name) != nullptr) continue;
     errors.push_back(UnknownMessage(name));
+  }
+  if (c.strict_config) {
+    for (const std::string& w : c.warnings) errors.push_back(w + " (an error with BYTEPS_STRICT_CONFIG=1)");
   }
   if (!errors.empty()) {
     std::string joined;
@@ -179,7 +188,7 @@ std::string Describe(const Config& c, const Environment& env) {
   for (const Entry& e : Registry()) {
     const std::string* raw = Lookup(env, e.name);
     if (IsIgnored(e) && raw != nullptr)
-      rows.push_back({e.name, *raw, "[env]", std::string("ignored: ") + e.help});
+      rows.push_back({e.name, *raw, "[env]", fmt::format("{}: {}", DispositionName(e.disposition), e.help)});
   }
   size_t name_w = 0, value_w = 0, source_w = 0;
   for (const Row& r : rows) {
@@ -192,6 +201,25 @@ std::string Describe(const Config& c, const Environment& env) {
     out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {}\n", r.name, name_w, r.value, value_w, r.source,
                        source_w, r.help);
   return out;
+}
+
+std::string DescribeDispositions(const Environment& env) {
+  size_t name_w = 0;
+  for (const Entry& e : Registry()) name_w = std::max(name_w, std::string_view(e.name).size());
+  std::string out = fmt::format(
+      "Every variable byteps reads, and the original BytePS / ps-lite ones: honoured (same meaning), mapped (means "
+      "something here), ignored (accepted, one warning when set; an error with BYTEPS_STRICT_CONFIG=1), "
+      "build-time (read by builds only). * = set in this environment.\n");
+  for (const Entry& e : Registry()) {
+    const std::string* raw = Lookup(env, e.name);
+    out += fmt::format("{} {:<{}}  {:<10}  {}\n", raw ? "*" : " ", e.name, name_w, DispositionName(e.disposition),
+                       e.help);
+  }
+  return out;
+}
+
+void LogWarnings(const Config& c) {
+  for (const std::string& w : c.warnings) BYTEPS_LOG(Warning, "{}", w);
 }
 
 }  // namespace byteps::config

@@ -24,21 +24,31 @@ struct Arg {
 using Setter = Status (*)(const Arg&, Config&);
 using Printer = std::string (*)(const Config&);
 
+// What byteps does with a variable of the original BytePS / ps-lite (or its own):
+//  - honoured: the same meaning;
+//  - mapped: it means something here (its help says what; a value that cannot be honoured adds a
+//    loud warning to Config::warnings naming the fallback, e.g. DMLC_ENABLE_RDMA=ibverbs);
+//  - ignored: accepted, no effect; setting it adds one warning with the reason (its help);
+//  - build: read by a build (setup.py, scripts/), never by a running process: accepted silently.
+enum class Disposition { kHonoured, kMapped, kIgnored, kBuild };
+const char* DispositionName(Disposition d);
+
 struct Entry {
   const char* name;
   const char* type;
-  const char* help;
-  Setter set = nullptr;      // nullptr: an ignored compatibility name
+  const char* help;          // for an ignored name: why it does not apply
+  Setter set = nullptr;      // nullptr: an ignored or build-time name
   Printer show = nullptr;    // nullptr: no Config field; Describe shows the env value or fallback
   const char* fallback = "";
   bool secret = false;       // Describe never prints the value
+  Disposition disposition = Disposition::kHonoured;  // kIgnored / kBuild when set is nullptr
 };
 
 // Every setting, in the order of `byteps info`, Settings() and docs/config.md.
 std::span<const Entry> Registry();
 // The entry named `name`, or nullptr.
 const Entry* FindEntry(std::string_view name);
-inline bool IsIgnored(const Entry& e) { return e.set == nullptr; }
+inline bool IsIgnored(const Entry& e) { return e.set == nullptr; }  // ignored or build-time
 // Seconds the way the table prints them (and messages quote them): "15", "0.5".
 std::string FormatSeconds(double v);
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -364,43 +365,123 @@ TEST(ConfigLoad, UnknownPsAndForeignNamesAreIgnored) {
             {"NCCL_DEBUG", "INFO"}});
 }
 
-TEST(ConfigLoad, IgnoredCompatibilityNamesHaveNoEffect) {
-  const std::vector<std::string> expected = {
-      "BYTEPS_TRACE_ON", "BYTEPS_TRACE_START_STEP", "BYTEPS_TRACE_END_STEP", "BYTEPS_TRACE_DIR",
-      "BYTEPS_TELEMETRY_ON", "BYTEPS_NUMA_ON", "BYTEPS_VISIBLE_CPU_CORES",
-      "BYTEPS_NUMA_DEFAULT_QUOTA", "BYTEPS_NUMA_ROOT_QUOTA", "BYTEPS_CPU_BLACKLIST",
-      "BYTEPS_MULTITHREADED_CPU", "BYTEPS_ENABLE_GDB", "BYTEPS_OMP_THREAD_PER_GPU",
-      "BYTEPS_PCIE_SWITCH_SIZE", "BYTEPS_NCCL_GROUP_SIZE", "BYTEPS_NCCL_NUM_RINGS",
-      "BYTEPS_THREADPOOL_SIZE", "BYTEPS_MIN_COMPRESS_BYTES", "BYTEPS_SOCKET_PATH",
-      "BYTEPS_KEY_HASH_FN", "BYTEPS_SERVER_ENABLE_SCHEDULE", "BYTEPS_ENABLE_IPC",
-      "DMLC_ENABLE_RDMA", "DMLC_LOCAL", "DMLC_USE_KUBERNETES", "DMLC_GROUP_SIZE",
-      "DMLC_NUM_PORTS", "PS_RESEND", "PS_RESEND_TIMEOUT", "PS_KEY_LOG", "DMLC_NUM_CPU_DEV",
-      "DMLC_NUM_GPU_DEV", "BYTEPS_SERVER_ENGINE_BLOCKING"};
-  std::set<std::string> ignored;
-  for (const SettingInfo& s : Settings()) {
-    if (s.type != "ignored") continue;
-    ignored.insert(s.name);
-    EXPECT_EQ(s.help, "accepted for BytePS compatibility; no effect") << s.name;
-  }
-  EXPECT_EQ(ignored, std::set<std::string>(expected.begin(), expected.end()));
-
-  Environment env;
-  for (const std::string& n : expected) env[n] = "whatever value, even nonsense";
-  Config c = MustLoad(env);
-  Config d;
-  EXPECT_EQ(Describe(c, {}), Describe(d, {}));  // no field moved
+// Every BYTEPS_* / DMLC_* / PS_* variable the original BytePS and its ps-lite read
+// (../shared/reference/byteps-compat.md section 2), with a value a deployment would set.
+const std::map<std::string, std::string>& OriginalVariables() {
+  static const std::map<std::string, std::string> vars = {
+      {"DMLC_ROLE", "worker"}, {"DMLC_NUM_WORKER", "1"}, {"DMLC_NUM_SERVER", "1"}, {"DMLC_PS_ROOT_URI", "10.0.0.1"},
+      {"DMLC_PS_ROOT_PORT", "1234"}, {"DMLC_WORKER_ID", "0"}, {"BYTEPS_LOCAL_RANK", "0"}, {"BYTEPS_LOCAL_SIZE", "1"},
+      {"BYTEPS_GLOBAL_RANK", "0"}, {"DMLC_INTERFACE", "eth0"}, {"DMLC_NODE_HOST", "10.0.0.2"}, {"DMLC_PORT", "9000"},
+      {"DMLC_ENABLE_RDMA", "ibverbs"}, {"DMLC_ENABLE_UCX", "1"}, {"DMLC_LOCAL", "1"}, {"DMLC_USE_KUBERNETES", "1"},
+      {"DMLC_GROUP_SIZE", "1"}, {"DMLC_NUM_PORTS", "1"}, {"DMLC_LOCKLESS_QUEUE", "1"},
+      {"DMLC_POLLING_IN_NANOSECOND", "1000"}, {"DMLC_RANK", "3"}, {"BYTEPS_PARTITION_BYTES", "4096000"},
+      {"BYTEPS_FORCE_DISTRIBUTED", "0"}, {"BYTEPS_PCIE_SWITCH_SIZE", "8"}, {"BYTEPS_NCCL_GROUP_SIZE", "4"},
+      {"BYTEPS_NCCL_NUM_RINGS", "1"}, {"BYTEPS_SCHEDULING_CREDIT", "4"}, {"BYTEPS_REDUCE_ROOTS", "0,4"},
+      {"BYTEPS_KEY_HASH_FN", "djb2"}, {"BYTEPS_BUILT_IN_HASH_COEF", "1"}, {"BYTEPS_ENABLE_MIXED_MODE", "1"},
+      {"BYTEPS_MIXED_MODE_BOUND", "101"}, {"BYTEPS_THREADPOOL_SIZE", "4"}, {"BYTEPS_MIN_COMPRESS_BYTES", "65536"},
+      {"BYTEPS_OMP_THREAD_PER_GPU", "4"}, {"BYTEPS_SOCKET_PATH", "/tmp"}, {"BYTEPS_LOG_LEVEL", "INFO"},
+      {"BYTEPS_LOG_HIDE_TIME", "1"}, {"BYTEPS_DEBUG_SAMPLE_TENSOR", "0x10"}, {"BYTEPS_TRACE_ON", "1"},
+      {"BYTEPS_TRACE_START_STEP", "10"}, {"BYTEPS_TRACE_END_STEP", "20"}, {"BYTEPS_TRACE_DIR", "./trace"},
+      {"BYTEPS_TELEMETRY_ON", "1"}, {"BYTEPS_ENABLE_ASYNC", "1"}, {"BYTEPS_SERVER_ENGINE_THREAD", "4"},
+      {"BYTEPS_SERVER_ENABLE_SCHEDULE", "1"}, {"BYTEPS_SERVER_ENGINE_BLOCKING", "0"}, {"BYTEPS_SERVER_DEBUG", "1"},
+      {"BYTEPS_SERVER_DEBUG_KEY", "0"}, {"PS_KEY_LOG", "1"}, {"PS_VERBOSE", "1"}, {"PS_HEARTBEAT_INTERVAL", "5"},
+      {"PS_HEARTBEAT_TIMEOUT", "30"}, {"PS_RESEND", "1"}, {"PS_RESEND_TIMEOUT", "1000"}, {"PS_DROP_MSG", "0"},
+      {"BYTEPS_ZMQ_MAX_SOCKET", "1024"}, {"BYTEPS_ZMQ_NTHREADS", "4"}, {"BYTEPS_ORDERED_HOSTS", "10.0.0.1,10.0.0.2"},
+      {"BYTEPS_ENABLE_IPC", "1"}, {"BYTEPS_IPC_COPY_NUM_THREADS", "4"}, {"BYTEPS_IPC_ENABLE_ASYNC_COPY", "1"},
+      {"BYTEPS_RDMA_START_DEPTH", "128"}, {"BYTEPS_RDMA_RX_DEPTH", "2048"}, {"BYTEPS_RDMA_MAX_CONCURR_WR", "4224"},
+      {"BYTEPS_PRINT_RDMA_LOG", "0"}, {"BYTEPS_ADDRESS_POOL_SIZE", "1024"}, {"BYTEPS_UCX_SHORT_THRESH", "4096"},
+      {"BYTEPS_UCX_FORCE_REQ_ORDER", "0"}, {"BYTEPS_UCX_QUEUE_SENDS", "0"}, {"BYTEPS_UCX_ERRH_ENABLE", "1"},
+      {"BYTEPS_UCX_RECONNECT_TMO", "1000"}, {"DMLC_NUM_CPU_DEV", "1"}, {"DMLC_NUM_GPU_DEV", "0"},
+      {"BYTEPS_ENABLE_GDB", "0"}, {"BYTEPS_NUMA_ON", "1"}, {"BYTEPS_VISIBLE_CPU_CORES", "0-3:4-7"},
+      {"BYTEPS_NUMA_DEFAULT_QUOTA", "2"}, {"BYTEPS_NUMA_ROOT_QUOTA", "4"}, {"BYTEPS_CPU_BLACKLIST", "-1"},
+      {"BYTEPS_MULTITHREADED_CPU", "1"}, {"BYTEPS_NCCL_HOME", "/usr/local/nccl"}, {"BYTEPS_NCCL_LINK", "SHARED"},
+      {"BYTEPS_CUDA_HOME", "/usr/local/cuda"}, {"BYTEPS_CUDA_INCLUDE", "/usr/local/cuda/include"},
+      {"BYTEPS_CUDA_LIB", "/usr/local/cuda/lib64"}, {"BYTEPS_WITH_TENSORFLOW", "0"},
+      {"BYTEPS_WITHOUT_TENSORFLOW", "1"}, {"BYTEPS_WITH_PYTORCH", "1"}, {"BYTEPS_WITHOUT_PYTORCH", "0"},
+      {"BYTEPS_WITH_MXNET", "0"}, {"BYTEPS_WITHOUT_MXNET", "1"}, {"BYTEPS_WITH_UCX", "0"},
+      {"BYTEPS_UCX_HOME", "/opt/ucx"}, {"BYTEPS_UCX_PREFIX", "/opt/ucx"}, {"BYTEPS_WITHOUT_PRESETUP", "1"},
+      {"BYTEPS_USE_MPI", "0"}};
+  return vars;
 }
 
-TEST(ConfigLoad, EnableAsync) {
-  for (const char* v : {"0", "false", "off", "no"})
-    MustLoad({{"BYTEPS_ENABLE_ASYNC", v}});
-  EXPECT_EQ(LoadError({{"BYTEPS_ENABLE_ASYNC", "1"}}),
-            "BYTEPS_ENABLE_ASYNC=1: asynchronous training is not supported yet; unset it or set 0");
-  EXPECT_EQ(LoadError({{"BYTEPS_ENABLE_ASYNC", "true"}}),
-            "BYTEPS_ENABLE_ASYNC=true: asynchronous training is not supported yet; unset it or "
-            "set 0");
+std::map<std::string, SettingInfo> SettingsByName() {
+  std::map<std::string, SettingInfo> out;
+  for (const SettingInfo& s : Settings()) out[s.name] = s;
+  return out;
+}
+
+TEST(ConfigCompat, EveryVariableOfTheOriginalRunsWithADisposition) {
+  const auto settings = SettingsByName();
+  for (const auto& [name, value] : OriginalVariables()) {
+    auto it = settings.find(name);
+    ASSERT_NE(it, settings.end()) << name << " is not in the settings table";
+    const std::string& d = it->second.disposition;
+    ASSERT_TRUE(d == "honoured" || d == "mapped" || d == "ignored" || d == "build-time") << name << ": " << d;
+    // A process started with it set runs, and says what it does with it.
+    auto c = Load(Environment{{name, value}});
+    ASSERT_TRUE(c.ok()) << name << "=" << value << ": " << c.status().message();
+    size_t naming = 0;
+    for (const std::string& w : c->warnings) naming += w.find(name) != std::string::npos;
+    if (d == "ignored") {
+      ASSERT_EQ(c->warnings.size(), 1u) << name;
+      EXPECT_EQ(naming, 1u) << name;
+      EXPECT_NE(c->warnings[0].find(it->second.help), std::string::npos) << c->warnings[0];
+      EXPECT_EQ(Describe(c.value(), {}), Describe(Config{}, {})) << name << ": no setting moved";
+    } else if (d == "build-time") {
+      EXPECT_TRUE(c->warnings.empty()) << name;
+    } else {
+      // Honoured and mapped values warn only when they ask for what this build cannot do.
+      EXPECT_LE(c->warnings.size(), 1u) << name;
+      EXPECT_EQ(naming, c->warnings.size()) << name;
+    }
+  }
+}
+
+TEST(ConfigCompat, WhatCannotBeHonouredWarnsLoudlyWithTheFallback) {
+  auto rdma = Load({{"DMLC_ENABLE_RDMA", "ibverbs"}});
+  ASSERT_TRUE(rdma.ok());
+  ASSERT_EQ(rdma->warnings.size(), 1u);
+  EXPECT_NE(rdma->warnings[0].find("running over TCP"), std::string::npos) << rdma->warnings[0];
+  for (const char* tcp : {"0", "zmq"}) EXPECT_TRUE(MustLoad({{"DMLC_ENABLE_RDMA", tcp}}).warnings.empty()) << tcp;
+  auto ucx = Load({{"DMLC_ENABLE_UCX", "1"}});
+  ASSERT_TRUE(ucx.ok());
+  ASSERT_EQ(ucx->warnings.size(), 1u);
+  EXPECT_NE(ucx->warnings[0].find("DMLC_ENABLE_UCX=1"), std::string::npos);
+  for (const char* v : {"0", "false", "off", "no"}) EXPECT_TRUE(MustLoad({{"BYTEPS_ENABLE_ASYNC", v}}).warnings.empty());
+  for (const char* v : {"1", "true"}) {
+    auto async = Load({{"BYTEPS_ENABLE_ASYNC", v}});
+    ASSERT_TRUE(async.ok()) << v;
+    ASSERT_EQ(async->warnings.size(), 1u);
+    EXPECT_NE(async->warnings[0].find("training runs SYNCHRONOUSLY"), std::string::npos) << async->warnings[0];
+  }
   EXPECT_EQ(LoadError({{"BYTEPS_ENABLE_ASYNC", "sometimes"}}),
             "BYTEPS_ENABLE_ASYNC='sometimes': expected a boolean (0/1, true/false, yes/no, on/off)");
+}
+
+TEST(ConfigCompat, StrictConfigTurnsEveryWarningIntoAnError) {
+  Environment env = {{"BYTEPS_STRICT_CONFIG", "1"}, {"BYTEPS_TRACE_ON", "1"}, {"DMLC_ENABLE_RDMA", "1"},
+                     {"BYTEPS_CUDA_HOME", "/usr/local/cuda"}};
+  const std::string m = LoadError(env);
+  EXPECT_NE(m.find("BYTEPS_TRACE_ON=1 is accepted and ignored: the timeline trace is not built yet"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("DMLC_ENABLE_RDMA=1: RDMA and UCX transports are not in this build"), std::string::npos) << m;
+  EXPECT_NE(m.find("(an error with BYTEPS_STRICT_CONFIG=1)"), std::string::npos) << m;
+  EXPECT_EQ(m.find("BYTEPS_CUDA_HOME"), std::string::npos) << "build-time names stay silent: " << m;
+  env.erase("BYTEPS_TRACE_ON");
+  env.erase("DMLC_ENABLE_RDMA");
+  EXPECT_TRUE(MustLoad(env).strict_config);
+}
+
+TEST(ConfigCompat, TyposOfKnownNamesGetADidYouMean) {
+  const std::map<std::string, std::string> typos = {
+      {"BYTEPS_PARTITION_BYTE", "BYTEPS_PARTITION_BYTES"}, {"BYTEPS_PARTITON_BYTES", "BYTEPS_PARTITION_BYTES"},
+      {"BYTEPS_SCHEDULING_CREDITS", "BYTEPS_SCHEDULING_CREDIT"}, {"DMLC_NUM_WORKERS", "DMLC_NUM_WORKER"},
+      {"DMLC_PS_ROOT_PROT", "DMLC_PS_ROOT_PORT"}, {"BYTEPS_LOG_LEVL", "BYTEPS_LOG_LEVEL"},
+      {"BYTEPS_TRACE_ONN", "BYTEPS_TRACE_ON"}};
+  for (const auto& [typo, meant] : typos) {
+    EXPECT_EQ(LoadError({{typo, "1"}}), "unknown setting " + typo + " (did you mean " + meant + "?)") << typo;
+  }
+  EXPECT_EQ(LoadError({{"BYTEPS_COMPLETELY_DIFFERENT", "1"}}), "unknown setting BYTEPS_COMPLETELY_DIFFERENT");
 }
 
 TEST(ConfigLoad, LauncherStringsAreAccepted) {
@@ -655,7 +736,7 @@ TEST(ConfigDescribe, OneAlignedLinePerSettingInRegistryOrder) {
   const auto lines = Lines(text);
   std::vector<std::string> registered;
   for (const SettingInfo& s : Settings())
-    if (s.type != "ignored") registered.push_back(s.name);
+    if (s.disposition != "ignored" && s.disposition != "build-time") registered.push_back(s.name);
   ASSERT_EQ(lines.size(), registered.size());
   // Columns: the value column and the source column start at the same offset on every line.
   size_t value_col = std::string::npos, source_col = std::string::npos;

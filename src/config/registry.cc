@@ -22,7 +22,7 @@ constexpr const char* kWhyTracing =
 constexpr const char* kWhyTelemetry =
     "push_pull speed sampling is not built yet";
 constexpr const char* kWhyNuma =
-    "bpslaunch does not bind processes to CPU cores (no numactl): the OS places them, which may be slower on multi-socket hosts";
+    "bpslaunch splits the allowed cores evenly over the local ranks (or follows BYTEPS_VISIBLE_CPU_CORES): no quotas, blacklist or hyperthread layout";
 constexpr const char* kWhyGdb =
     "bpslaunch does not wrap commands in gdb; run `gdb --args` yourself";
 constexpr const char* kWhyOmp =
@@ -281,6 +281,12 @@ constexpr Entry kRegistry[] = {
      "per-job shared secret (set by the launchers): every connection proves it (HMAC-SHA256 challenge); "
      "also names the job's shared memory and local sockets. Empty: no authentication",
      [](const Arg& a, Config& c) { c.job_secret = a.value; return Status::Ok(); }, nullptr, "", true},
+    {"BYTEPS_NUMA_ON", "bool",
+     "bpslaunch binds each local rank to CPU cores (taskset) when 1, or when BYTEPS_VISIBLE_CPU_CORES is set; "
+     "default 0 (the original defaulted it on)", Accept, nullptr, "0"},
+    {"BYTEPS_VISIBLE_CPU_CORES", "string",
+     "bpslaunch: the cores of each local rank, \"a,b-c:d-e\" (one colon-separated entry per rank); without it "
+     "the allowed cores are split evenly, the root (last) rank taking the remainder", Accept, nullptr, ""},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
     // Original BytePS / ps-lite names with no counterpart here: accepted, and each one that is set
@@ -290,8 +296,6 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_TRACE_END_STEP", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_TRACE_DIR", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_TELEMETRY_ON", kIgnoredType, kWhyTelemetry, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_NUMA_ON", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_VISIBLE_CPU_CORES", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_NUMA_DEFAULT_QUOTA", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_NUMA_ROOT_QUOTA", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_CPU_BLACKLIST", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},

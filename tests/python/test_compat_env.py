@@ -31,13 +31,13 @@ bps.shutdown()
 # What an original launch script typically exports, beyond the job's wiring.
 ORIGINAL_ENV = {
     "BYTEPS_TRACE_ON": "1",            # ignored: warns
-    "BYTEPS_NUMA_ON": "1",             # ignored: warns
+    "BYTEPS_NUMA_ROOT_QUOTA": "4",     # ignored: warns
     "BYTEPS_NCCL_NUM_RINGS": "2",      # ignored: warns
     "DMLC_ENABLE_RDMA": "ibverbs",     # mapped, cannot be honoured: loud fallback to TCP
     "BYTEPS_CUDA_HOME": "/usr/local/cuda",   # build-time: silent
     "BYTEPS_WITHOUT_MXNET": "1",             # build-time: silent
 }
-IGNORED = ("BYTEPS_TRACE_ON", "BYTEPS_NUMA_ON", "BYTEPS_NCCL_NUM_RINGS")
+IGNORED = ("BYTEPS_TRACE_ON", "BYTEPS_NUMA_ROOT_QUOTA", "BYTEPS_NCCL_NUM_RINGS")
 
 
 def test_a_job_with_the_originals_variables_runs_and_warns_once_per_process(run_job):

@@ -716,7 +716,7 @@ TEST(ConfigDescribe, ShowsEffectiveValuesAndSource) {
   const std::string* trace = FindLine(lines, "BYTEPS_TRACE_ON");
   ASSERT_NE(trace, nullptr);
   EXPECT_NE(trace->find("ignored"), std::string::npos);
-  EXPECT_EQ(FindLine(lines, "BYTEPS_NUMA_ON"), nullptr);
+  EXPECT_EQ(FindLine(lines, "BYTEPS_NUMA_ROOT_QUOTA"), nullptr);
   EXPECT_EQ(lines.back(), *trace);
 }
 

@@ -193,8 +193,9 @@ if rank == 0:  # its own record goes with its engine
     info = out.split("INFO-BEGIN\n", 1)[1].split("INFO-END", 1)[0]
     assert "Chosen settings" in info, info
     seen = settings_by_worker(result.output)
+    chosen = {int(m.group(1)): int(m.group(2)) for m in PARTITION_SETTLED.finditer(result.output)}
     for rank in (0, 1):
-        partition = seen[rank][0]
+        partition = chosen.get(rank, seen[rank][0])  # the online verdict, where the partition was explored
         settled = {int(m.group(1)): int(m.group(2)) for m in ONLINE_SETTLED.finditer(result.output)}
         line = re.search(rf"worker {rank} \(pid \d+, running, recorded [^)]*\): partition (\d+) bytes, credit (\d+) "
                          rf"bytes\n    (.*)", info)

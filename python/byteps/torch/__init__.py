@@ -15,17 +15,22 @@ or wrap the model instead: ``byteps.torch.parallel.DistributedDataParallel(model
 This build takes CPU tensors (dense, contiguous; uint8, int8, int32, int64, float16, bfloat16,
 float32, float64); a CUDA tensor is a ValueError.  See :mod:`byteps.torch.ops` for the
 operations and naming rules, :mod:`byteps._basics` for init/shutdown.  Unlike BytePS, rank() and
-size() raise before init(), unnamed tensors do not collide, and ``BYTEPS_ENABLE_ASYNC`` is
-rejected by init().
+size() raise before init(), and unnamed tensors do not collide; ``BYTEPS_ENABLE_ASYNC=1`` runs
+synchronous training with a warning.  Horovod's calls (``allreduce``, ``broadcast``,
+``allgather``, ``Average``/``Sum``...) work too: :mod:`byteps.torch.horovod`.
 """
 
 from __future__ import annotations
 
 from .compression import Compression
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .horovod import (
+    Adasum, Average, Sum, allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
+    broadcast, broadcast_, broadcast_async, broadcast_async_, join, synchronize,
+)
 from .ops import (
     byteps_push_pull, declare, init, local_rank, local_size, poll, push_pull, push_pull_async,
-    push_pull_async_inplace, push_pull_inplace, rank, resume, shutdown, size, suspend, synchronize,
+    push_pull_async_inplace, push_pull_inplace, rank, resume, shutdown, size, suspend,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer
 
@@ -34,6 +39,9 @@ __all__ = [
     "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "Compression", "DistributedOptimizer", "_DistributedOptimizer",
+    # Horovod's names (byteps.torch.horovod)
+    "Average", "Sum", "Adasum", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "broadcast",
+    "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "join",
 ]
 
 

@@ -98,3 +98,45 @@ sys.exit(1 if fails else 0)
 def test_horovod_calls_match_a_numpy_reference_on_three_workers(run_job):
     result = run_job(3, 2, SCRIPT, timeout=240)
     assert result.returncode == 0 and result.stdout.count("ALL OK") == 3, result
+
+
+OPTIMIZER = r"""
+import sys
+import torch
+import byteps.torch as hvd
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+fails = []
+
+def grads_after_step(prefix, **kwargs):
+    model = torch.nn.Linear(4, 1, bias=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=[(prefix + ".w", model.weight)], **kwargs)
+    model(torch.full((1, 4), r + 1.0)).sum().backward()  # this worker's gradient: r + 1 everywhere
+    opt.synchronize()
+    return model.weight.grad
+
+total = n * (n + 1) / 2
+for prefix, kwargs, want in (("avg", {}, total / n), ("sum", {"op": hvd.Sum}, total),
+                             ("pre", {"op": hvd.Average, "gradient_predivide_factor": 4.0}, total / n)):
+    g = grads_after_step(prefix, **kwargs)
+    if not torch.allclose(g, torch.full_like(g, want)):
+        fails.append(f"{prefix}: {g.ravel().tolist()} != {want}")
+for kwargs, needle in (({"op": hvd.Adasum}, "not supported"),
+                       ({"op": hvd.Sum, "gradient_predivide_factor": 2.0}, "op=Average only")):
+    try:
+        grads_after_step("bad", **kwargs)
+        fails.append(f"no error for {kwargs}")
+    except ValueError as e:
+        if needle not in str(e):
+            fails.append(str(e))
+print("FAILS", fails, flush=True) if fails else print("ALL OK", flush=True)
+hvd.shutdown()
+sys.exit(1 if fails else 0)
+"""
+
+
+def test_distributed_optimizer_takes_horovods_op_and_predivide_factor(run_job):
+    result = run_job(2, 1, OPTIMIZER, timeout=120)
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result

@@ -97,21 +97,28 @@ def hook_gradients(params: Iterable[torch.Tensor], make_hook: Callable[[torch.Te
     return accumulators
 
 
-def start_push_pull(p: torch.Tensor, name: str, priority: int, compression):
-    """Starts averaging ``p.grad`` over the workers (in place, compressed) as "Gradient.<name>";
-    returns ``(handle, compression context)``.  A missing gradient counts as zeros."""
+def start_push_pull(p: torch.Tensor, name: str, priority: int, compression, average: bool = True,
+                    prescale: float = 1.0):
+    """Starts averaging (or summing) ``p.grad`` over the workers (in place, compressed, first
+    multiplied by ``prescale``) as "Gradient.<name>"; returns ``(handle, compression context)``.
+    A missing gradient counts as zeros."""
     if p.grad is None:
         p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
     elif not p.grad.is_contiguous():
         p.grad = p.grad.contiguous()
+    if prescale != 1.0:
+        p.grad.mul_(prescale)
     compressed, ctx = compression.compress(p.grad)
-    handle = ops.push_pull_async_inplace(compressed, average=True, name="Gradient." + name, priority=priority)
+    handle = ops.push_pull_async_inplace(compressed, average=average, name="Gradient." + name, priority=priority)
     return handle, ctx
 
 
-def finish_push_pulls(handles: dict, compression) -> None:
-    """Waits for each ``p -> (handle, ctx)`` of ``handles`` and writes the average to ``p.grad``."""
+def finish_push_pulls(handles: dict, compression, postscale: float = 1.0) -> None:
+    """Waits for each ``p -> (handle, ctx)`` of ``handles`` and writes the result (times
+    ``postscale``) to ``p.grad``."""
     for p, (handle, ctx) in handles.items():
         grad = compression.decompress(ops.synchronize(handle), ctx)
         if grad is not p.grad:
             p.grad.copy_(grad)
+        if postscale != 1.0:
+            p.grad.mul_(postscale)

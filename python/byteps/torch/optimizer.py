@@ -40,9 +40,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     _bps_base = torch.optim.Optimizer  # the wrapped optimizer's class (set on the built class)
 
-    def __init__(self, params, named_parameters, compression=Compression.none, backward_passes_per_step=1):
+    def __init__(self, params, named_parameters, compression=Compression.none, backward_passes_per_step=1,
+                 op=None, gradient_predivide_factor=1.0):
         self._bps_base.__init__(self, params)
         self._compression = compression
+        # Horovod's op and gradient_predivide_factor: Sum adds the gradients; Average divides the
+        # sum by the number of workers, in two steps with a predivide factor f (1/f before, f/size
+        # after, which keeps float16 sums in range).
+        if op not in (None, "Average", "Sum"):
+            raise ValueError(f"DistributedOptimizer: op={op!r} is not supported by byteps (its servers sum); use "
+                             "Average or Sum")
+        if gradient_predivide_factor != 1.0 and op == "Sum":
+            raise ValueError("DistributedOptimizer: gradient_predivide_factor applies to op=Average only")
+        if not gradient_predivide_factor > 0:
+            raise ValueError(f"DistributedOptimizer: gradient_predivide_factor={gradient_predivide_factor!r} must be "
+                             "> 0")
+        predivide = gradient_predivide_factor != 1.0
+        self._average = op != "Sum" and not predivide
+        self._prescale = 1.0 / gradient_predivide_factor if predivide else 1.0
+        self._postscale = gradient_predivide_factor / ops.size() if predivide else 1.0
         all_params = [p for group in self.param_groups for p in group["params"]]
         self._parameter_names, order = parameter_names(named_parameters, all_params, "DistributedOptimizer")
         self._priority = priorities(order)
@@ -68,7 +84,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._push_pull_delay[p] = passes
 
     def _push_pull_grad_async(self, p):
-        return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression)
+        return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression, self._average,
+                               self._prescale)
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -92,7 +109,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._handles[p] = self._push_pull_grad_async(p)
         handles, self._handles = self._handles, {}
         try:
-            finish_push_pulls(handles, self._compression)
+            finish_push_pulls(handles, self._compression, self._postscale)
         finally:
             # After a failure, forget the rest (the core keeps their tensors alive) and start over.
             for p in handles:
@@ -122,7 +139,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1):
+                         backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0):
     """An optimizer that averages gradients over all workers before applying them.
 
     push_pulls start during ``loss.backward()`` as each gradient becomes ready; ``step()`` waits
@@ -136,6 +153,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             must then have in the same order.
         compression: ``Compression.none`` or ``Compression.fp16``.
         backward_passes_per_step: backward passes to accumulate locally per ``step()``.
+        op: Horovod's ``Average`` (default) or ``Sum`` of the workers' gradients (``Adasum``: ValueError).
+        gradient_predivide_factor: Horovod's: with ``Average``, gradients are divided by it before
+            the sum and multiplied by it / size after.
 
     Raises:
         ValueError: bad ``named_parameters``, or workers with different parameters (the message
@@ -146,4 +166,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     body["_bps_base"] = base
     body["__qualname__"] = base.__qualname__
     cls = type(base.__name__, (base,), body)
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor)

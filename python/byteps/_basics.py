@@ -23,8 +23,11 @@ Thread-safety: every function here may be called from any thread.
 from __future__ import annotations
 
 import atexit
+import collections
+import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -182,6 +185,7 @@ class Pending:
     output: Any
     name: str  # core name
     meta: Any = None  # plugin-specific (e.g. how to return the output)
+    nbytes: int = 0  # counted by get_pushpull_speed once it completes
 
 
 class HandleManager:
@@ -227,7 +231,7 @@ def start(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dty
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     cname = core_name(name)
     handle = core().push_pull_async(cname, input_ptr, output_ptr, nbytes, dtype, bool(average), priority)
-    return handles.add(handle, Pending(input_obj, output_obj, cname, meta))
+    return handles.add(handle, Pending(input_obj, output_obj, cname, meta, int(nbytes)))
 
 
 def _state(c, handle: int) -> str:
@@ -285,7 +289,47 @@ def wait(handle: int, timeout: Optional[float] = None) -> Pending:
             raise
         # "done": it finished between the timeout and the poll
     _release(c, handle)
+    telemetry.add(pending.nbytes)
     return pending
+
+
+class Telemetry:
+    """BytePS's push_pull speed samples: one per window of at least ``window_s`` seconds in
+    which push_pulls completed, ``(ms since the epoch at its end, MB/s of completed input bytes)``,
+    at most 1024 kept, read oldest first.  Off with ``BYTEPS_TELEMETRY_ON=0``.  Thread-safe."""
+
+    def __init__(self, window_s: float = 10.0, enabled: bool = True) -> None:
+        self.window_s = window_s
+        self.enabled = enabled
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._bytes = 0
+        self._samples: collections.deque = collections.deque(maxlen=1024)
+
+    def add(self, nbytes: int) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            self._bytes += nbytes
+            now = time.monotonic()
+            if now - self._start >= self.window_s:
+                self._samples.append((int(time.time() * 1000), self._bytes / 1e6 / (now - self._start)))
+                self._start, self._bytes = now, 0
+
+    def next_sample(self) -> tuple[int, float]:
+        with self._lock:
+            return self._samples.popleft() if self._samples else (0, -5.0)
+
+
+telemetry = Telemetry(enabled=os.environ.get("BYTEPS_TELEMETRY_ON", "1").strip().lower() not in
+                      ("0", "false", "no", "off"))
+
+
+def get_pushpull_speed() -> tuple[int, float]:
+    """The oldest unread push_pull speed sample, ``(ms since the epoch, MB/s)``: the bytes of the
+    push_pulls that completed in a window of at least 10 s, per second; ``(0, -5.0)`` when there is
+    none (as in BytePS)."""
+    return telemetry.next_sample()
 
 
 def _release(c, handle: int) -> None:

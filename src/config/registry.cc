@@ -19,8 +19,6 @@ constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
 constexpr const char* kIgnoredType = "ignored";
 constexpr const char* kWhyTracing =
     "the timeline trace is not built yet: no trace file is written";
-constexpr const char* kWhyTelemetry =
-    "push_pull speed sampling is not built yet";
 constexpr const char* kWhyNuma =
     "bpslaunch splits the allowed cores evenly over the local ranks (or follows BYTEPS_VISIBLE_CPU_CORES): no quotas, blacklist or hyperthread layout";
 constexpr const char* kWhyGdb =
@@ -287,6 +285,10 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_VISIBLE_CPU_CORES", "string",
      "bpslaunch: the cores of each local rank, \"a,b-c:d-e\" (one colon-separated entry per rank); without it "
      "the allowed cores are split evenly, the root (last) rank taking the remainder", Accept, nullptr, ""},
+    {"BYTEPS_TELEMETRY_ON", "bool",
+     "push_pull speed sampling for get_pushpull_speed() (the Python plugins): one sample per 10 s window of "
+     "completed push_pulls; 0 turns it off", [](const Arg& a, Config&) { bool b; return SetBool(a, b); }, nullptr,
+     "1"},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
     // Original BytePS / ps-lite names with no counterpart here: accepted, and each one that is set
@@ -295,7 +297,6 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_TRACE_START_STEP", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_TRACE_END_STEP", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_TRACE_DIR", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_TELEMETRY_ON", kIgnoredType, kWhyTelemetry, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_NUMA_DEFAULT_QUOTA", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_NUMA_ROOT_QUOTA", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
     {"BYTEPS_CPU_BLACKLIST", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},

@@ -22,6 +22,7 @@ synchronous training with a warning.  Horovod's calls (``allreduce``, ``broadcas
 
 from __future__ import annotations
 
+from .._basics import get_pushpull_speed
 from .compression import Compression
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .horovod import (
@@ -38,7 +39,7 @@ __all__ = [
     "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "declare",
     "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "Compression", "DistributedOptimizer", "_DistributedOptimizer",
+    "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed",
     # Horovod's names (byteps.torch.horovod)
     "Average", "Sum", "Adasum", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "join",

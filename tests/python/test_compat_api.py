@@ -1,0 +1,89 @@
+"""BytePS's remaining API names (issue 13, item 2): get_pushpull_speed (telemetry), and
+CrossBarrier training to the same results as DistributedOptimizer."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.usefixtures("require_core")
+
+
+def test_get_pushpull_speed_samples_completed_bytes_per_window(standalone, monkeypatch):
+    bps = standalone("byteps.numpy")
+    from byteps import _basics
+
+    monkeypatch.setattr(_basics, "telemetry", _basics.Telemetry(window_s=0.3))
+    assert bps.get_pushpull_speed() == (0, -5.0)  # nothing yet, as in BytePS
+    x = np.ones(1 << 20, dtype=np.float32)  # 4 MB per push_pull
+    bps.push_pull(x, name="speed.0")
+    time.sleep(0.35)
+    before_ms = int(time.time() * 1000)
+    bps.push_pull(x, name="speed.0")  # closes the window: 8 MB in about 0.35 s
+    ms, mbps = bps.get_pushpull_speed()
+    assert abs(ms - before_ms) < 5000, (ms, before_ms)
+    assert 8 / 1.0 < mbps < 8 / 0.3, mbps
+    assert bps.get_pushpull_speed() == (0, -5.0)  # consumed
+
+
+def test_telemetry_off_gives_no_samples(standalone, monkeypatch):
+    bps = standalone("byteps.numpy")
+    from byteps import _basics
+
+    monkeypatch.setattr(_basics, "telemetry", _basics.Telemetry(window_s=0.0, enabled=False))
+    bps.push_pull(np.ones(16, dtype=np.float32), name="speed.off")
+    assert bps.get_pushpull_speed() == (0, -5.0)
+
+
+CROSS = r"""
+import sys, warnings
+import torch
+import byteps.torch as bps
+from byteps.torch.cross_barrier import CrossBarrier
+
+bps.init()
+r = bps.rank()
+
+def train(make, prefix, opt_cls, **opt_kw):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = make(model, opt_cls(model.parameters(), **opt_kw),
+               [(prefix + n, p) for n, p in model.named_parameters()])
+    g = torch.Generator().manual_seed(100 + r)
+    for step in range(5):
+        x = torch.randn(32, 8, generator=g)
+        y = x.sum(dim=1, keepdim=True)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return torch.cat([p.detach().ravel() for p in model.parameters()])
+
+fails = []
+for opt_cls, kw in ((torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}), (torch.optim.Adam, {"lr": 0.01}),
+                    (torch.optim.RMSprop, {"lr": 0.01})):
+    tag = opt_cls.__name__
+    plain = train(lambda m, o, n: bps.DistributedOptimizer(o, named_parameters=n), f"plain.{tag}.", opt_cls, **kw)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        cross = train(lambda m, o, n: CrossBarrier(m, o, named_parameters=n), f"cross.{tag}.", opt_cls, **kw)
+    if not torch.allclose(plain, cross, rtol=1e-5, atol=1e-6):
+        fails.append(f"{tag}: CrossBarrier differs by {float((plain - cross).abs().max())}")
+    if not any("overlap across the iteration barrier is not built" in str(w.message) for w in seen):
+        fails.append(f"{tag}: no warning")
+try:
+    CrossBarrier(torch.nn.Linear(2, 2), torch.optim.Adagrad(torch.nn.Linear(2, 2).parameters()))
+    fails.append("Adagrad accepted")
+except ValueError as e:
+    if "SGD, Adam and RMSprop" not in str(e):
+        fails.append(str(e))
+print("FAILS", fails, flush=True) if fails else print("ALL OK", flush=True)
+bps.shutdown()
+sys.exit(1 if fails else 0)
+"""
+
+
+def test_cross_barrier_trains_to_distributed_optimizers_results(run_job):
+    result = run_job(2, 1, CROSS, timeout=180)
+    assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result

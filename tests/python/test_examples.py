@@ -83,3 +83,35 @@ def test_train_ddp_with_accumulation(run_job) -> None:
     r = run_example(run_job, "train_ddp.py", "--epochs", "3", "--accumulate", "2", "--lr", "0.01")
     assert r["mode"] == "byteps-ddp" and r["accumulate"] == 2
     assert r["accuracy"] > 0.8, r
+
+
+def test_benchmark_cross_barrier(run_job) -> None:
+    require("byteps.torch", "torchvision")
+    r = run_example(run_job, "benchmark_cross_barrier_byteps.py", *BENCH_ARGS, "--fp16-allreduce", "--no-cuda")
+    assert r["mode"] == "byteps-cross-barrier" and r["fp16_pushpull"] and r["img_per_sec"] > 0
+
+
+# The original's recipe for one machine (its README): one bpslaunch, no scheduler or servers,
+# local size from NVIDIA_VISIBLE_DEVICES (here two CPU processes, summed through shared memory).
+ONE_MACHINE = {"NVIDIA_VISIBLE_DEVICES": "0,1", "DMLC_WORKER_ID": "0", "DMLC_NUM_WORKER": "1",
+               "DMLC_ROLE": "worker"}
+
+
+@pytest.mark.parametrize("name, mode, extra", [
+    ("benchmark_byteps.py", "byteps", ("--fp16-pushpull",)),
+    ("benchmark_cross_barrier_byteps.py", "byteps-cross-barrier", ("--fp16-allreduce",)),
+])
+def test_the_originals_one_machine_recipe_under_bpslaunch(require_core, tmp_path, name, mode, extra) -> None:
+    require("byteps.torch", "torchvision")
+    import subprocess
+    import sys
+
+    from conftest import job_env
+    env = job_env({**ENV, **ONE_MACHINE})
+    argv = [sys.executable, "-m", "byteps.launcher.bpslaunch", sys.executable, str(EXAMPLES / name), *BENCH_ARGS,
+            *extra, "--no-cuda"]
+    out = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    records = [json.loads(line.split("RESULT ", 1)[1]) for line in out.stdout.splitlines() if "RESULT {" in line]
+    assert len(records) == 1, out.stdout + out.stderr
+    assert records[0]["mode"] == mode and records[0]["workers"] == 2 and records[0]["img_per_sec"] > 0, records

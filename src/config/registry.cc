@@ -20,7 +20,8 @@ constexpr const char* kIgnoredType = "ignored";
 constexpr const char* kWhyTracing =
     "the timeline trace is not built yet: no trace file is written";
 constexpr const char* kWhyNuma =
-    "bpslaunch splits the allowed cores evenly over the local ranks (or follows BYTEPS_VISIBLE_CPU_CORES): no quotas, blacklist or hyperthread layout";
+    "bpslaunch splits the allowed cores evenly over the local ranks (or follows BYTEPS_VISIBLE_CPU_CORES): "
+    "no quotas, blacklist or hyperthread layout";
 constexpr const char* kWhyGdb =
     "bpslaunch does not wrap commands in gdb; run `gdb --args` yourself";
 constexpr const char* kWhyOmp =
@@ -30,11 +31,13 @@ constexpr const char* kWhyGpu =
 constexpr const char* kWhyCompress =
     "compression runs in the framework plugin (Compression.fp16), with no core thread pool or size threshold";
 constexpr const char* kWhySocket =
-    "local processes reach each other through sockets and shared memory named by the job, not files in a directory";
+    "local processes reach each other through sockets and shared memory named by the job, not files in a "
+    "directory";
 constexpr const char* kWhyHash =
     "partitions go to servers by bytes (the least-loaded server first), not by a key hash";
 constexpr const char* kWhyMixed =
-    "colocated and dedicated servers are not told apart: every server gets a byte-balanced share, which may load colocated servers more than mixed mode would";
+    "colocated and dedicated servers are not told apart: every server gets a byte-balanced share, which may "
+    "load colocated servers more than mixed mode would";
 constexpr const char* kWhySched =
     "servers sum in arrival order; priority comes from the workers' scheduling (BYTEPS_SCHEDULING_CREDIT)";
 constexpr const char* kWhyBlocking =
@@ -50,17 +53,20 @@ constexpr const char* kWhyUcx =
 constexpr const char* kWhyZmq =
     "byteps has its own TCP transport, not ZeroMQ (see BYTEPS_IO_THREADS, BYTEPS_MAX_CONNECTIONS)";
 constexpr const char* kWhyOrdered =
-    "workers take their rank from DMLC_WORKER_ID (else the order they register in), servers from the order they register in";
+    "workers take their rank from DMLC_WORKER_ID (else the order they register in), servers from the order "
+    "they register in";
 constexpr const char* kWhyLocal =
     "processes on one host talk over loopback TCP (no ipc:// sockets)";
 constexpr const char* kWhyK8s =
-    "the scheduler listens on the address DMLC_PS_ROOT_URI names, Kubernetes or not";
+    "the scheduler always listens on every address (0.0.0.0), or on DMLC_NODE_HOST when set, as the "
+    "original's does under Kubernetes";
 constexpr const char* kWhyPslite =
     "a ps-lite internal with no counterpart here";
 constexpr const char* kWhyRank =
     "ranks come from DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK";
 constexpr const char* kWhyResend =
-    "TCP does not lose frames; a dropped connection is reconnected and its requests resent (BYTEPS_RECONNECT_TIMEOUT)";
+    "TCP does not lose frames; a dropped connection is reconnected and its requests resent "
+    "(BYTEPS_RECONNECT_TIMEOUT)";
 constexpr const char* kWhyDrop =
     "message dropping for tests is not built (tools/faultproxy injects faults)";
 constexpr const char* kBuildHelp = "read by a build (setup.py or scripts/), not by a running process";
@@ -144,7 +150,9 @@ constexpr Entry kRegistry[] = {
     {"DMLC_ROLE", "role", "this process's role: worker, server or scheduler",
      [](const Arg& a, Config& c) { return SetRole(a, c.role); },
      [](const Config& c) { return std::string(RoleName(c.role)); }},
-    {"DMLC_PS_ROOT_URI", "string", "scheduler's IP address (the scheduler binds there)",
+    {"DMLC_PS_ROOT_URI", "string",
+     "scheduler's address, which every node connects to (the scheduler itself listens on DMLC_NODE_HOST, else on "
+     "every address, 0.0.0.0)",
      [](const Arg& a, Config& c) { c.root_uri = a.value; return Status::Ok(); },
      [](const Config& c) { return c.root_uri; }},
     {"DMLC_PS_ROOT_PORT", "int", "scheduler's port, 1..65535 (required when distributed)",

@@ -150,7 +150,10 @@ def test_local_size_from_env() -> None:
     assert bpslaunch.local_size_from_env({}) == 1
     assert bpslaunch.local_size_from_env({"NVIDIA_VISIBLE_DEVICES": "0,1,3"}) == 3
     assert bpslaunch.local_size_from_env({"NVIDIA_VISIBLE_DEVICES": "0,1,"}) == 2
-    assert bpslaunch.local_size_from_env({"NVIDIA_VISIBLE_DEVICES": "4", "BYTEPS_LOCAL_SIZE": "8"}) == 1
+    assert bpslaunch.local_size_from_env({"NVIDIA_VISIBLE_DEVICES": "4,5", "BYTEPS_LOCAL_SIZE": "2"}) == 2
+    with pytest.raises(LaunchConfigError, match=r"BYTEPS_LOCAL_SIZE=8 contradicts NVIDIA_VISIBLE_DEVICES='4' "
+                                                r"\(1 device\(s\)\)"):
+        bpslaunch.local_size_from_env({"NVIDIA_VISIBLE_DEVICES": "4", "BYTEPS_LOCAL_SIZE": "8"})
     assert bpslaunch.local_size_from_env({"NVIDIA_VISIBLE_DEVICES": "", "BYTEPS_LOCAL_SIZE": "2"}) == 2
     with pytest.raises(LaunchConfigError, match="BYTEPS_LOCAL_SIZE must be a positive integer"):
         bpslaunch.local_size_from_env({"BYTEPS_LOCAL_SIZE": "0"})

@@ -131,13 +131,22 @@ def check_env(env: Mapping[str, str]) -> str:
 
 def local_size_from_env(env: Mapping[str, str]) -> int:
     """Training processes on this machine: one per NVIDIA_VISIBLE_DEVICES entry, else
-    BYTEPS_LOCAL_SIZE, else 1."""
+    BYTEPS_LOCAL_SIZE, else 1.
+
+    Raises:
+        LaunchConfigError: a malformed BYTEPS_LOCAL_SIZE, or one that contradicts the number of
+            NVIDIA_VISIBLE_DEVICES entries (the message names both).
+    """
     devices = [d for d in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    given = _positive_int(env, "BYTEPS_LOCAL_SIZE") if env.get("BYTEPS_LOCAL_SIZE", "").strip() else None
     if devices:
+        if given is not None and given != len(devices):
+            raise LaunchConfigError(
+                f"BYTEPS_LOCAL_SIZE={given} contradicts NVIDIA_VISIBLE_DEVICES={env['NVIDIA_VISIBLE_DEVICES']!r} "
+                f"({len(devices)} device(s)): bpslaunch starts one process per visible device; unset "
+                "BYTEPS_LOCAL_SIZE or make them agree")
         return len(devices)
-    if env.get("BYTEPS_LOCAL_SIZE", "").strip():
-        return _positive_int(env, "BYTEPS_LOCAL_SIZE")
-    return 1
+    return 1 if given is None else given
 
 
 # --------------------------------------------------------------------------------------------

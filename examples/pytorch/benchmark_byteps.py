@@ -55,9 +55,9 @@ import byteps.torch as bps
 from byteps.launcher.ports import free_port
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="PyTorch synthetic benchmark over byteps",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def make_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every synthetic benchmark takes (the original's names)."""
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="resnet18", help="a torchvision.models constructor name")
     p.add_argument("--batch-size", type=int, default=32, help="images per worker per step")
     p.add_argument("--num-warmup-batches", type=int, default=2, help="untimed steps first")
@@ -66,18 +66,27 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--image-size", type=int, default=64,
                    help="side of the square images (small by default for CPU; 224 = ImageNet)")
-    p.add_argument("--fp16-pushpull", action="store_true", help="send gradients as float16")
     p.add_argument("--no-cuda", action="store_true", help="accepted; CPU is the only mode here")
-    p.add_argument("--ddp-baseline", action="store_true",
-                   help="use torch DistributedDataParallel (gloo) instead of byteps")
     p.add_argument("--seed", type=int, default=42)
-    args = p.parse_args(argv)
+    return p
+
+
+def check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` after the range checks (``p.error`` otherwise)."""
     for name in ("batch_size", "num_batches_per_iter", "num_iters", "num_classes", "image_size"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.num_warmup_batches < 0:
         p.error("--num-warmup-batches must be >= 0")
     return args
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = make_parser("PyTorch synthetic benchmark over byteps")
+    p.add_argument("--fp16-pushpull", action="store_true", help="send gradients as float16")
+    p.add_argument("--ddp-baseline", action="store_true",
+                   help="use torch DistributedDataParallel (gloo) instead of byteps")
+    return check_args(p, p.parse_args(argv))
 
 
 def build_model(name: str, num_classes: int) -> torch.nn.Module:

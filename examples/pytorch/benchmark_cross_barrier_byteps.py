@@ -22,24 +22,14 @@ import torch
 import torch.nn.functional as F
 
 import byteps.torch as bps
-from benchmark_byteps import build_model, summarize, timed_iterations
+from benchmark_byteps import build_model, check_args, make_parser, summarize, timed_iterations
 from byteps.torch.cross_barrier import CrossBarrier
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", default="resnet18", help="a torchvision.models constructor name")
-    p.add_argument("--batch-size", type=int, default=32, help="images per worker per step")
-    p.add_argument("--num-warmup-batches", type=int, default=2, help="untimed steps first")
-    p.add_argument("--num-batches-per-iter", type=int, default=5, help="steps per timed iteration")
-    p.add_argument("--num-iters", type=int, default=5, help="timed iterations")
-    p.add_argument("--num-classes", type=int, default=1000)
-    p.add_argument("--image-size", type=int, default=64, help="synthetic images are this many pixels square")
+    p = make_parser(__doc__.split("\n\n")[0])
     p.add_argument("--fp16-allreduce", action="store_true", help="send gradients as float16")
-    p.add_argument("--no-cuda", action="store_true", help="accepted; CPU is the only mode here")
-    p.add_argument("--seed", type=int, default=42)
-    args = p.parse_args(argv)
+    args = check_args(p, p.parse_args(argv))
     args.fp16_pushpull = args.fp16_allreduce  # what summarize() reports
     return args
 

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "config/parse.h"
 
@@ -16,60 +17,6 @@ namespace {
 constexpr int kIntMax = std::numeric_limits<int>::max();
 constexpr uint64_t kGiB = 1ull << 30;
 constexpr uint64_t kUnbounded = std::numeric_limits<uint64_t>::max();
-constexpr const char* kIgnoredType = "ignored";
-constexpr const char* kWhyTracing =
-    "the timeline trace is not built yet: no trace file is written";
-constexpr const char* kWhyNuma =
-    "bpslaunch splits the allowed cores evenly over the local ranks (or follows BYTEPS_VISIBLE_CPU_CORES): "
-    "no quotas, blacklist or hyperthread layout";
-constexpr const char* kWhyGdb =
-    "bpslaunch does not wrap commands in gdb; run `gdb --args` yourself";
-constexpr const char* kWhyOmp =
-    "sums run on byteps' own threads (BYTEPS_SERVER_ENGINE_THREAD on servers), not OpenMP";
-constexpr const char* kWhyGpu =
-    "NCCL and PCIe settings apply to the GPU path, which this build lacks";
-constexpr const char* kWhyCompress =
-    "compression runs in the framework plugin (Compression.fp16), with no core thread pool or size threshold";
-constexpr const char* kWhySocket =
-    "local processes reach each other through sockets and shared memory named by the job, not files in a "
-    "directory";
-constexpr const char* kWhyHash =
-    "partitions go to servers by bytes (the least-loaded server first), not by a key hash";
-constexpr const char* kWhyMixed =
-    "colocated and dedicated servers are not told apart: every server gets a byte-balanced share, which may "
-    "load colocated servers more than mixed mode would";
-constexpr const char* kWhySched =
-    "servers sum in arrival order; priority comes from the workers' scheduling (BYTEPS_SCHEDULING_CREDIT)";
-constexpr const char* kWhyBlocking =
-    "servers always sum on their engine threads";
-constexpr const char* kWhyDebug =
-    "per-key value logging is not built; BYTEPS_LOG_LEVEL=DEBUG logs each operation";
-constexpr const char* kWhyIpc =
-    "shared memory between a colocated worker and server is not built yet: they talk over loopback TCP";
-constexpr const char* kWhyRdma =
-    "RDMA is not in this build: the job runs over TCP";
-constexpr const char* kWhyUcx =
-    "the UCX transport is not in this build: the job runs over TCP";
-constexpr const char* kWhyZmq =
-    "byteps has its own TCP transport, not ZeroMQ (see BYTEPS_IO_THREADS, BYTEPS_MAX_CONNECTIONS)";
-constexpr const char* kWhyOrdered =
-    "workers take their rank from DMLC_WORKER_ID (else the order they register in), servers from the order "
-    "they register in";
-constexpr const char* kWhyLocal =
-    "processes on one host talk over loopback TCP (no ipc:// sockets)";
-constexpr const char* kWhyK8s =
-    "the scheduler always listens on every address (0.0.0.0), or on DMLC_NODE_HOST when set, as the "
-    "original's does under Kubernetes";
-constexpr const char* kWhyPslite =
-    "a ps-lite internal with no counterpart here";
-constexpr const char* kWhyRank =
-    "ranks come from DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK";
-constexpr const char* kWhyResend =
-    "TCP does not lose frames; a dropped connection is reconnected and its requests resent "
-    "(BYTEPS_RECONNECT_TIMEOUT)";
-constexpr const char* kWhyDrop =
-    "message dropping for tests is not built (tools/faultproxy injects faults)";
-constexpr const char* kBuildHelp = "read by a build (setup.py or scripts/), not by a running process";
 
 Status Malformed(const Arg& a, const std::string& expected) {
   return InvalidArgument(fmt::format("{}='{}': expected {}", a.name, a.value, expected));
@@ -299,83 +246,6 @@ constexpr Entry kRegistry[] = {
      "1"},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
-    // Original BytePS / ps-lite names with no counterpart here: accepted, and each one that is set
-    // logs one warning with the reason (an error with BYTEPS_STRICT_CONFIG=1).
-    {"BYTEPS_TRACE_ON", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_TRACE_START_STEP", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_TRACE_END_STEP", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_TRACE_DIR", kIgnoredType, kWhyTracing, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_NUMA_DEFAULT_QUOTA", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_NUMA_ROOT_QUOTA", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_CPU_BLACKLIST", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_MULTITHREADED_CPU", kIgnoredType, kWhyNuma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ENABLE_GDB", kIgnoredType, kWhyGdb, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_OMP_THREAD_PER_GPU", kIgnoredType, kWhyOmp, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_PCIE_SWITCH_SIZE", kIgnoredType, kWhyGpu, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_NCCL_GROUP_SIZE", kIgnoredType, kWhyGpu, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_NCCL_NUM_RINGS", kIgnoredType, kWhyGpu, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_REDUCE_ROOTS", kIgnoredType, kWhyGpu, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_THREADPOOL_SIZE", kIgnoredType, kWhyCompress, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_MIN_COMPRESS_BYTES", kIgnoredType, kWhyCompress, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_SOCKET_PATH", kIgnoredType, kWhySocket, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_KEY_HASH_FN", kIgnoredType, kWhyHash, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_BUILT_IN_HASH_COEF", kIgnoredType, kWhyHash, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ENABLE_MIXED_MODE", kIgnoredType, kWhyMixed, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_MIXED_MODE_BOUND", kIgnoredType, kWhyMixed, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_SERVER_ENABLE_SCHEDULE", kIgnoredType, kWhySched, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_SERVER_ENGINE_BLOCKING", kIgnoredType, kWhyBlocking, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_DEBUG_SAMPLE_TENSOR", kIgnoredType, kWhyDebug, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_SERVER_DEBUG", kIgnoredType, kWhyDebug, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_SERVER_DEBUG_KEY", kIgnoredType, kWhyDebug, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"PS_KEY_LOG", kIgnoredType, kWhyDebug, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ENABLE_IPC", kIgnoredType, kWhyIpc, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_IPC_COPY_NUM_THREADS", kIgnoredType, kWhyIpc, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_IPC_ENABLE_ASYNC_COPY", kIgnoredType, kWhyIpc, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_RDMA_START_DEPTH", kIgnoredType, kWhyRdma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_RDMA_RX_DEPTH", kIgnoredType, kWhyRdma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_RDMA_MAX_CONCURR_WR", kIgnoredType, kWhyRdma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_PRINT_RDMA_LOG", kIgnoredType, kWhyRdma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ADDRESS_POOL_SIZE", kIgnoredType, kWhyRdma, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_UCX_SHORT_THRESH", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_UCX_FORCE_REQ_ORDER", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_UCX_QUEUE_SENDS", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_UCX_ERRH_ENABLE", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_UCX_RECONNECT_TMO", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_NUM_CPU_DEV", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_NUM_GPU_DEV", kIgnoredType, kWhyUcx, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ZMQ_MAX_SOCKET", kIgnoredType, kWhyZmq, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ZMQ_NTHREADS", kIgnoredType, kWhyZmq, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"BYTEPS_ORDERED_HOSTS", kIgnoredType, kWhyOrdered, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_LOCAL", kIgnoredType, kWhyLocal, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_USE_KUBERNETES", kIgnoredType, kWhyK8s, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_GROUP_SIZE", kIgnoredType, kWhyPslite, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_NUM_PORTS", kIgnoredType, kWhyPslite, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_LOCKLESS_QUEUE", kIgnoredType, kWhyPslite, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_POLLING_IN_NANOSECOND", kIgnoredType, kWhyPslite, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"DMLC_RANK", kIgnoredType, kWhyRank, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"PS_RESEND", kIgnoredType, kWhyResend, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"PS_RESEND_TIMEOUT", kIgnoredType, kWhyResend, nullptr, nullptr, "", false, Disposition::kIgnored},
-    {"PS_DROP_MSG", kIgnoredType, kWhyDrop, nullptr, nullptr, "", false, Disposition::kIgnored},
-    // Read by builds (the original's setup.py, this project's scripts/), never by a running process.
-    {"BYTEPS_NCCL_HOME", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_NCCL_LINK", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_CUDA_HOME", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_CUDA_INCLUDE", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_CUDA_LIB", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITH_TENSORFLOW", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITHOUT_TENSORFLOW", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITH_PYTORCH", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITHOUT_PYTORCH", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITH_MXNET", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITHOUT_MXNET", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITH_UCX", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_UCX_HOME", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_UCX_PREFIX", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_WITHOUT_PRESETUP", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_USE_MPI", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_CMAKE_ARGS", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_SKIP_SANITIZERS", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
-    {"BYTEPS_SKIP_FUZZ", "string", kBuildHelp, nullptr, nullptr, "", false, Disposition::kBuild},
 };
 
 }  // namespace
@@ -392,10 +262,18 @@ const char* DispositionName(Disposition d) {
 
 std::string FormatSeconds(double v) { return fmt::format("{}", v); }
 
-std::span<const Entry> Registry() { return kRegistry; }
+std::span<const Entry> Registry() {
+  static const std::vector<Entry> all = [] {
+    std::vector<Entry> v(std::begin(kRegistry), std::end(kRegistry));
+    const auto compat = CompatibilityEntries();
+    v.insert(v.end(), compat.begin(), compat.end());
+    return v;
+  }();
+  return all;
+}
 
 const Entry* FindEntry(std::string_view name) {
-  for (const Entry& e : kRegistry)
+  for (const Entry& e : Registry())
     if (name == e.name) return &e;
   return nullptr;
 }

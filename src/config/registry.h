@@ -44,8 +44,11 @@ struct Entry {
   Disposition disposition = Disposition::kHonoured;  // kIgnored / kBuild when set is nullptr
 };
 
-// Every setting, in the order of `byteps info`, Settings() and docs/config.md.
+// Every setting, in the order of `byteps info`, Settings() and docs/config.md: byteps' own and
+// the honoured / mapped original names (registry.cc), then the ignored and build-time original
+// names (CompatibilityEntries, registry_compat.cc).
 std::span<const Entry> Registry();
+std::span<const Entry> CompatibilityEntries();
 // The entry named `name`, or nullptr.
 const Entry* FindEntry(std::string_view name);
 inline bool IsIgnored(const Entry& e) { return e.set == nullptr; }  // ignored or build-time

@@ -114,15 +114,13 @@ def synchronize(handle: int, timeout: Optional[float] = None):
     return out
 
 
-_finish = synchronize
-
 
 def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
               compression=Compression.none, op: Optional[str] = None, prescale_factor: float = 1.0,
               postscale_factor: float = 1.0, **kwargs) -> torch.Tensor:
     """The average (``op=Average``, the default) or sum of ``tensor`` over all workers, as a new
     tensor."""
-    return _finish(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, compression,
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, compression,
                                    **kwargs))
 
 
@@ -130,7 +128,7 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                op: Optional[str] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                **kwargs) -> torch.Tensor:
     """In-place :func:`allreduce`; returns ``tensor``."""
-    return _finish(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, **kwargs))
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, **kwargs))
 
 
 def _check_root(root_rank: int, what: str) -> None:

@@ -119,7 +119,9 @@ class Job:
         return sorted(p.name.split("-")[0] for p in self.pid_dir.iterdir())
 
     def assert_no_survivors(self) -> None:
-        pids = [int(p.read_text()) for p in self.pid_dir.iterdir()]
+        # The pid is in the file's name ("<name>-<pid>.pid"): a process stopped between creating
+        # its file and writing it left it empty (CI saw that once), yet it ran and must be gone.
+        pids = [int(p.stem.rsplit("-", 1)[1]) for p in self.pid_dir.iterdir()]
         assert pids, "no process recorded its pid"
         deadline = time.monotonic() + 2  # reparented grandchildren may await their reaper
         while time.monotonic() < deadline and any(alive(pid) for pid in pids):

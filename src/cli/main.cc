@@ -70,6 +70,9 @@ void PrintChosenSettings(const byteps::config::Config& c) {
                                             "worker 0 derives it from its start-up probe of the links"));
   fmt::print("  credit: {}\n", how(c.scheduling_credit_pinned, "BYTEPS_SCHEDULING_CREDIT",
                                     "derived from the probe, then tuned online over the first iterations"));
+  fmt::print("  connections per server: {}\n",
+             how(c.connections_per_peer_pinned, "BYTEPS_CONNECTIONS_PER_PEER",
+                 "2, more where the probe's bandwidth-delay product exceeds two socket windows"));
 }
 
 }  // namespace

@@ -42,10 +42,11 @@ struct Config {
   size_t partition_bytes = 4096000;    // BYTEPS_PARTITION_BYTES
   int scheduling_credit = 0;           // BYTEPS_SCHEDULING_CREDIT (partitions in flight; 0 = no cap)
   bool force_distributed = false;      // BYTEPS_FORCE_DISTRIBUTED
-  bool autotune = true;                // BYTEPS_AUTOTUNE: partition size and credit from a start-up probe
+  bool autotune = true;                // BYTEPS_AUTOTUNE: partition size, credit and connections from the network
   // Set explicitly in the environment: the autotuner leaves them alone (Load fills these).
   bool partition_bytes_pinned = false;
   bool scheduling_credit_pinned = false;
+  bool connections_per_peer_pinned = false;
 
   // Server.
   int server_engine_threads = 4;       // BYTEPS_SERVER_ENGINE_THREAD

@@ -138,6 +138,7 @@ StatusOr<Config> Load(const Environment& env) {
   ApplyVerbose(c);
   c.partition_bytes_pinned = Lookup(env, "BYTEPS_PARTITION_BYTES") != nullptr;
   c.scheduling_credit_pinned = Lookup(env, "BYTEPS_SCHEDULING_CREDIT") != nullptr;
+  c.connections_per_peer_pinned = Lookup(env, "BYTEPS_CONNECTIONS_PER_PEER") != nullptr;
   BYTEPS_RETURN_IF_ERROR(Validate(c));
   return c;
 }

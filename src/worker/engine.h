@@ -43,6 +43,7 @@ class PipelineSet;
 class ServerLinks;
 namespace tuning {
 class OnlineTuner;
+struct StartupOutcome;
 }
 
 class Engine {
@@ -89,6 +90,8 @@ class Engine {
   Status Connect();
   void StartPipeline();
   Status TuneAtStart();  // engine_tuning.cc
+  // Connections per server from the start-up probe (unless pinned), opened now; the report's part.
+  StatusOr<std::string> WidenLinks(const tuning::StartupOutcome& t);
   // The online tuner's hook for one user push_pull of the tensor with index `index` (under
   // plan_mu_): may switch the partition generation; a new credit to apply before it; or, at the
   // end of the partition phase, this worker's verdict (a candidate index) to agree on.

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "common/logging.h"
 #include "worker/dispatch_loop.h"
 #include "worker/engine.h"
 #include "worker/job_files.h"
 #include "worker/key_assigner.h"
+#include "worker/server_links.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/startup_agreement.h"
 
@@ -50,6 +52,16 @@ class EngineCollective : public tuning::Collective {
   KeyAssigner* assigner_;
 };
 
+// The most one connection moves per round trip: the socket buffer byteps sets
+// (BYTEPS_SOCKET_BUFFER_BYTES; the kernel doubles it and keeps about half for its own use), or
+// with 0, half the kernel's autotuning limit (the third value of net.ipv4.tcp_rmem); 0 if unknown.
+size_t ConnectionWindowBytes(size_t socket_buffer_bytes) {
+  if (socket_buffer_bytes > 0) return socket_buffer_bytes;
+  std::ifstream f("/proc/sys/net/ipv4/tcp_rmem");
+  size_t lo = 0, def = 0, hi = 0;
+  return f >> lo >> def >> hi ? hi / 2 : 0;
+}
+
 }  // namespace
 
 Status Engine::TuneAtStart() {
@@ -73,6 +85,7 @@ Status Engine::TuneAtStart() {
   if (!outcome.ok()) return outcome.status().WithContext("start-up tuning");
   const tuning::StartupOutcome& t = outcome.value();
   loop_->SetCredit(t.credit_bytes.value);
+  BYTEPS_ASSIGN_OR_RETURN(std::string connections, WidenLinks(t));
   // Online tuning: the partition size first where every process explores it, then the credit,
   // which is each worker's own: on by BYTEPS_AUTOTUNE, off for a pinned credit, and only where
   // this process has links of its own to the servers (a host's local root).
@@ -117,10 +130,22 @@ Status Engine::TuneAtStart() {
       t.probed ? fmt::format("; probe by worker 0: B {:.0f} Mbit/s{}", t.link.goodput_Bps * 8 / 1e6,
                              t.probe_times.empty() ? "" : fmt::format(", R {:.2f} ms, 4 MiB in partitions of {}",
                                                                       t.link.rtt_s * 1e3, t.probe_times))
-               : "") + online;
+               : "") + connections + online;
   BYTEPS_LOG(Info, "settings: {}", settings_report_);
   RecordSettings(t.partition_bytes.value);
   return Status::Ok();
+}
+
+StatusOr<std::string> Engine::WidenLinks(const tuning::StartupOutcome& t) {
+  if (!links_) return std::string();  // a host's non-root process: its root talks to the servers
+  if (config_.connections_per_peer_pinned || !config_.autotune || !t.probed) {
+    return fmt::format("; connections per server {}: {}", links_->connections_per_server(),
+                       config_.connections_per_peer_pinned ? "set by BYTEPS_CONNECTIONS_PER_PEER" : "the default");
+  }
+  const tuning::Choice k = tuning::DeriveConnections(t.link, ConnectionWindowBytes(config_.socket_buffer_bytes));
+  // Nothing is in flight: every push_pull of the start-up tuning has returned.
+  if (Status st = links_->Widen(static_cast<int>(k.value)); !st.ok()) return st.WithContext("start-up tuning");
+  return fmt::format("; connections per server {}: {}", links_->connections_per_server(), k.reason);
 }
 
 void Engine::RecordSettings(size_t partition_bytes) {

@@ -14,25 +14,45 @@ using protocol::Opcode;
 
 ServerLinks::ServerLinks(transport::Transport* transport, std::vector<protocol::NodeInfo> servers,
                          const LinkOptions& options, std::function<void(const Status&)> on_failure)
-    : transport_(transport), options_(options), on_failure_(std::move(on_failure)) {
+    : transport_(transport),
+      options_(options),
+      on_failure_(std::move(on_failure)),
+      per_server_(std::max(1, options.connections_per_server)) {
   for (auto& node : servers) links_.push_back(Link{std::move(node), {}, {}, {}});
 }
 
 ServerLinks::~ServerLinks() { Shutdown(); }
 
-Status ServerLinks::Connect() {
-  const auto now = Clock::now();
+Status ServerLinks::OpenUpTo(int per_server) {
   for (size_t s = 0; s < links_.size(); ++s) {
-    for (int i = 0; i < options_.connections_per_server; ++i) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (static_cast<int>(links_[s].conns.size()) >= per_server) break;
+      }
       BYTEPS_ASSIGN_OR_RETURN(auto c, OpenAtStart(static_cast<int>(s)));
+      const auto now = Clock::now();
       std::lock_guard<std::mutex> lock(mu_);
       links_[s].conns.push_back(c);
       links_[s].connected_at.push_back(now);
       links_[s].down_since.push_back(now);
     }
   }
+  return Status::Ok();
+}
+
+Status ServerLinks::Connect() {
+  BYTEPS_RETURN_IF_ERROR(OpenUpTo(per_server_.load()));
   reconnect_thread_ = std::thread([this] { ReconnectLoop(); });
-  BYTEPS_LOG(Info, "connected to {} servers ({} connections each)", links_.size(), options_.connections_per_server);
+  BYTEPS_LOG(Info, "connected to {} servers ({} connections each)", links_.size(), per_server_.load());
+  return Status::Ok();
+}
+
+Status ServerLinks::Widen(int per_server) {
+  if (per_server <= per_server_.load()) return Status::Ok();
+  BYTEPS_RETURN_IF_ERROR(OpenUpTo(per_server));
+  per_server_.store(per_server, std::memory_order_release);
+  BYTEPS_LOG(Info, "now {} connections to each of {} servers", per_server, links_.size());
   return Status::Ok();
 }
 
@@ -92,8 +112,8 @@ void ServerLinks::Shutdown() {
 bool ServerLinks::Ending() const { return shut_down_ || !failure_.ok(); }
 
 size_t ServerLinks::ConnIndex(int server, uint64_t key) const {
-  // connections_per_server is fixed: no lock needed.
-  return protocol::PlaceKey(key, static_cast<size_t>(std::max(1, options_.connections_per_server)));
+  // The count only changes while nothing is in flight (Widen).
+  return protocol::PlaceKey(key, static_cast<size_t>(per_server_.load(std::memory_order_acquire)));
 }
 
 std::shared_ptr<transport::Connection> ServerLinks::ConnFor(int server, uint64_t key) const {

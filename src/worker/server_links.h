@@ -1,5 +1,5 @@
-// The worker's connections to the servers: BYTEPS_CONNECTIONS_PER_PEER to each, the frames of a
-// key always on the same one (protocol::PlaceKey: a tensor's partitions alternate), and reconnect-and-resend: a dropped connection
+// The worker's connections to the servers: BYTEPS_CONNECTIONS_PER_PEER to each (more once the
+// start-up tuning asks for them, Widen), the frames of a key always on the same one (protocol::PlaceKey: a tensor's partitions alternate), and reconnect-and-resend: a dropped connection
 // (not a dead server) is re-established by the reconnect thread within BYTEPS_RECONNECT_TIMEOUT,
 // and what the push-pull stage had in flight on it is sent again (the server ignores duplicate
 // (worker, key, round) pushes, so results stay exact). A connection that keeps dropping right
@@ -9,6 +9,7 @@
 // threads; the reconnect thread ("bps-reconnect") runs from Connect to Shutdown.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -43,6 +44,11 @@ class ServerLinks : public DataPlane, public transport::Handler {
   void set_client(DataClient* client) { client_ = client; }
   // Opens every connection, then starts the reconnect thread.
   Status Connect();
+  // Opens connections to every server until each has `per_server`. Only while nothing is in
+  // flight (the key-to-connection placement changes): the engine calls it during start-up
+  // tuning. Never closes any. Errors: a connection that cannot be opened (the start deadline).
+  Status Widen(int per_server);
+  int connections_per_server() const { return per_server_.load(std::memory_order_acquire); }
   // The job is ending (Finish sent): servers hanging up once nothing is in flight is expected.
   void SetLeaving();
   // The job failed: stop reconnecting.
@@ -76,6 +82,8 @@ class ServerLinks : public DataPlane, public transport::Handler {
   StatusOr<std::shared_ptr<transport::Connection>> Open(int server, double timeout_s);
   // Open, again up to kStartAttempts times while the connection is found closed (Unavailable).
   StatusOr<std::shared_ptr<transport::Connection>> OpenAtStart(int server);
+  // Opens connections until every server has `per_server`.
+  Status OpenUpTo(int per_server);
   static constexpr int kStartAttempts = 3;
   std::shared_ptr<transport::Connection> ConnFor(int server, uint64_t key) const;
   void ReconnectLoop();
@@ -96,6 +104,7 @@ class ServerLinks : public DataPlane, public transport::Handler {
   Status failure_;           // guarded by mu_
   bool leaving_ = false;     // guarded by mu_
   bool shut_down_ = false;   // guarded by mu_
+  std::atomic<int> per_server_;  // grows only, while nothing is in flight (Widen)
   std::thread reconnect_thread_;
   std::vector<std::shared_ptr<transport::Connection>> corked_;  // dispatcher thread only
 };

@@ -30,7 +30,7 @@ ClusterHarness::ClusterHarness(const HarnessOptions& o) : options_(o) {
     n.control = transport::CreateTcpTransport(transport::ControlTransportOptionsFor(c, "srv-ctl"));
     cluster::ClientOptions co = cluster::ClientOptionsFor(c, "server", port.value());
     if (o.relay_data) {
-      relays_.push_back(std::make_unique<TcpRelay>(port.value()));
+      relays_.push_back(std::make_unique<TcpRelay>(port.value(), std::chrono::milliseconds{o.relay_delay_ms}));
       co.port = relays_.back()->port();  // workers dial the relay
     }
     // Join blocks until the workers are in too, so servers join on their own threads.
@@ -72,6 +72,7 @@ config::Config ClusterHarness::WorkerConfig(int rank) const {
   c.partition_bytes = options_.partition_bytes;
   c.scheduling_credit = options_.scheduling_credit;
   c.connections_per_peer = options_.connections_per_peer;
+  c.socket_buffer_bytes = options_.socket_buffer_bytes;
   c.io_threads = 1;
   return c;
 }

@@ -33,6 +33,8 @@ struct HarnessOptions {
   // test can reset them (relay(i) for server i, scheduler_relay()).
   bool relay_data = false;
   bool relay_scheduler = false;
+  int relay_delay_ms = 0;  // the data relays hold bytes back this long each way (a long link)
+  size_t socket_buffer_bytes = 4u << 20;  // the workers' BYTEPS_SOCKET_BUFFER_BYTES
 };
 
 class ClusterHarness {

@@ -134,6 +134,25 @@ TEST(ClusterTest, AverageWithCreditAndOneServer) {
   RunMixedJob(o, 3, /*average=*/true);
 }
 
+// Start-up tuning opens more connections per server where one connection's window cannot cover
+// the link's bandwidth-delay product (docs/performance.md): 10 ms each way through the relay and
+// 64 KiB socket buffers ask for the most (16), and the sums over all of them stay exact.
+TEST(ClusterTest, ALongRoundTripOpensMoreConnectionsPerServer) {
+  HarnessOptions o;
+  o.num_workers = 2;
+  o.num_servers = 1;
+  o.relay_data = true;
+  o.relay_delay_ms = 10;
+  o.socket_buffer_bytes = 64 * 1024;
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.StartWorkers().ok());
+  // Each worker connected with the configured 2, then widened: B R / W = B * 20 ms / 64 KiB is
+  // over 2 for any B above 6.6 MB/s.
+  EXPECT_GT(h.relay(0).accepted(), 2 * o.connections_per_peer);
+  RunRounds(h, MixedCases(), 2, /*average=*/false);
+  EXPECT_TRUE(h.ShutdownAll().ok());
+}
+
 TEST(ClusterTest, SameTensorQueuedTwiceKeepsRoundsApart) {
   HarnessOptions o;
   o.num_workers = 2;

@@ -6,6 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <deque>
+#include <vector>
+
 #include "common/logging.h"
 
 namespace byteps::testing {
@@ -27,7 +31,7 @@ void Abort(int fd) {  // reset instead of an orderly close
 
 }  // namespace
 
-TcpRelay::TcpRelay(int upstream_port) : upstream_port_(upstream_port) {
+TcpRelay::TcpRelay(int upstream_port, std::chrono::milliseconds delay) : upstream_port_(upstream_port), delay_(delay) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a = Loopback(0);
   socklen_t len = sizeof(a);
@@ -126,29 +130,49 @@ bool TcpRelay::WaitRefused(int n, std::chrono::milliseconds timeout) {
 }
 
 void TcpRelay::Forward(Pair* p) {
+  using Clock = std::chrono::steady_clock;
+  struct Chunk {
+    Clock::time_point due;
+    std::vector<char> bytes;
+  };
+  std::deque<Chunk> held[2];  // per direction: received, not yet due
+  const auto send_all = [](int to, const char* data, size_t n) {
+    for (size_t off = 0; off < n;) {
+      ssize_t w = ::send(to, data + off, n - off, MSG_NOSIGNAL);
+      if (w <= 0) return false;
+      off += static_cast<size_t>(w);
+    }
+    return true;
+  };
   char buf[64 * 1024];
-  for (;;) {
+  for (bool stop = false; !stop;) {
+    // Due chunks go out first; the poll waits at most until the next one is due.
+    int wait_ms = 1000;
+    const auto now = Clock::now();
+    for (int i = 0; i < 2 && !stop; ++i) {
+      while (!held[i].empty() && held[i].front().due <= now) {
+        if (!send_all(i == 0 ? p->b : p->a, held[i].front().bytes.data(), held[i].front().bytes.size())) stop = true;
+        held[i].pop_front();
+      }
+      if (!held[i].empty()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(held[i].front().due - now).count();
+        wait_ms = std::min<int>(wait_ms, static_cast<int>(std::max<int64_t>(1, left)));
+      }
+    }
+    if (stop) break;
     pollfd fds[2] = {{p->a, POLLIN, 0}, {p->b, POLLIN, 0}};
-    if (::poll(fds, 2, 1000) < 0) break;
-    bool stop = false;
+    if (::poll(fds, 2, wait_ms) < 0) break;
     for (int i = 0; i < 2 && !stop; ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = ::recv(fds[i].fd, buf, sizeof(buf), 0);
       if (n <= 0) {
         stop = true;
-        break;
-      }
-      int to = i == 0 ? p->b : p->a;
-      for (ssize_t off = 0; off < n;) {
-        ssize_t w = ::send(to, buf + off, static_cast<size_t>(n - off), MSG_NOSIGNAL);
-        if (w <= 0) {
-          stop = true;
-          break;
-        }
-        off += w;
+      } else if (delay_.count() == 0) {
+        stop = !send_all(i == 0 ? p->b : p->a, buf, static_cast<size_t>(n));
+      } else {
+        held[i].push_back({Clock::now() + delay_, std::vector<char>(buf, buf + n)});
       }
     }
-    if (stop) break;
   }
   std::lock_guard<std::mutex> lock(mu_);  // ResetAll never touches a closed fd
   p->done = true;

@@ -1,5 +1,7 @@
 // A loopback TCP relay for fault tests: forwards every accepted connection to an upstream port,
-// and can reset all current connections (RST both ways) or refuse new ones on demand. Tests order
+// optionally holding every byte back for a fixed delay each way (a long link: the round trip
+// grows by twice the delay, the bandwidth stays loopback's), and can reset all current
+// connections (RST both ways) or refuse new ones on demand. Tests order
 // themselves by its counters (connections relayed, connections refused), waiting with a deadline.
 // Threading: public methods are thread-safe. One thread accepts, one thread per connection pair
 // forwards (blocking I/O with poll).
@@ -17,7 +19,7 @@ namespace byteps::testing {
 
 class TcpRelay {
  public:
-  explicit TcpRelay(int upstream_port);
+  explicit TcpRelay(int upstream_port, std::chrono::milliseconds delay = std::chrono::milliseconds{0});
   ~TcpRelay();
   TcpRelay(const TcpRelay&) = delete;
   TcpRelay& operator=(const TcpRelay&) = delete;
@@ -45,6 +47,7 @@ class TcpRelay {
   void Forward(Pair* p);
 
   const int upstream_port_;
+  const std::chrono::milliseconds delay_;
   int listen_fd_ = -1;
   int port_ = 0;
   int wake_[2] = {-1, -1};

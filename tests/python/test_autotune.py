@@ -70,6 +70,34 @@ def test_a_pinned_partition_size_is_kept(run_job):
     assert seen[0][2] > 0, "the credit is still derived from the probe"
 
 
+CONNECTIONS = re.compile(r"\[worker:(\d+)\].*settings: .*; connections per server (\d+): ([^;\n]*)")
+NEEDED = re.compile(r"^max\(2, ceil\(B R / W\) = ceil\(\d+ Mbit/s \* [\d.]+ ms / (\d+) KiB\) = (\d+)\), at most 16$")
+
+
+def test_connections_per_server_follow_the_model_or_stay_pinned(run_job):
+    # Each worker derives its count from worker 0's B and R and its own window (64 KiB here, the
+    # smallest allowed; on loopback B R is 1 to 8 such windows, so some runs widen and some keep
+    # 2: tests/integration/cluster_test.cc makes it deterministic with a delaying relay). The
+    # count applied is the one the log's formula gives, and every sum is exact.
+    for env, pinned in (({"BYTEPS_SOCKET_BUFFER_BYTES": "65536"}, None),
+                        ({"BYTEPS_SOCKET_BUFFER_BYTES": "65536", "BYTEPS_CONNECTIONS_PER_PEER": "1"}, 1),
+                        ({"BYTEPS_AUTOTUNE": "0"}, 2)):
+        result = run(run_job, 2, env)
+        assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+        seen = {int(m.group(1)): (int(m.group(2)), m.group(3)) for m in CONNECTIONS.finditer(result.output)}
+        assert sorted(seen) == [0, 1], result.output
+        for rank, (k, reason) in seen.items():
+            if pinned is not None:
+                assert k == pinned, (env, rank, k, reason)
+                assert reason == ("set by BYTEPS_CONNECTIONS_PER_PEER" if pinned == 1 else "the default"), reason
+                continue
+            m = NEEDED.match(reason)
+            assert m and m.group(1) == "64", reason
+            assert k == min(16, max(2, int(m.group(2)))), (rank, k, reason)
+            widened = re.search(rf"\[worker:{rank}\].*now {k} connections to each of 2 servers", result.output)
+            assert bool(widened) == (k > 2), result.output
+
+
 def test_everything_pinned_or_autotune_off_means_no_probe(run_job):
     for env, partition, reason in (
             ({"BYTEPS_AUTOTUNE": "0"}, 4096000, "the default"),

@@ -256,6 +256,11 @@ TEST(ConfigLoad, BytesErrors) {
 
 TEST(ConfigLoad, BytesBounds) {
   EXPECT_EQ(MustLoad({{"BYTEPS_SOCKET_BUFFER_BYTES", "0"}}).socket_buffer_bytes, 0u);
+  EXPECT_EQ(MustLoad({{"BYTEPS_SOCKET_BUFFER_BYTES", "64K"}}).socket_buffer_bytes, 64u << 10);
+  // A small buffer stalls TCP where a segment is larger than the window: an error, not a hang.
+  EXPECT_EQ(LoadError({{"BYTEPS_SOCKET_BUFFER_BYTES", "8K"}}),
+            "BYTEPS_SOCKET_BUFFER_BYTES=8K: below 64K TCP stalls where a segment is larger than the window (e.g. "
+            "loopback); use 0 (the OS default) or at least 64K");
   EXPECT_EQ(MustLoad({{"BYTEPS_SOCKET_BUFFER_BYTES", "1G"}}).socket_buffer_bytes, 1u << 30);
   // The 4K minimum itself is only reachable by Validate when a partition is empty, which the
   // 4-byte minimum forbids; the parser bound is still checked on its own.

@@ -57,6 +57,35 @@ TEST(SettingsModelTest, AHighBandwidthDelayProductPicksALargeCredit) {
   EXPECT_NE(far.credit_bytes.reason.find("2 B R"), std::string::npos) << far.credit_bytes.reason;
 }
 
+TEST(SettingsModelTest, ConnectionsCoverTheBandwidthDelayProductOfTheirWindows) {
+  const size_t W = 4 * kMiB;  // the socket buffer byteps sets by default
+  // A LAN: B R = 120 MB/s * 0.1 ms = 12 KB, far under one window: the floor of 2.
+  EXPECT_EQ(DeriveConnections({kGbit, 1e-4}, W).value, 2u);
+  // Loopback at 8 Gbit/s: still 2.
+  EXPECT_EQ(DeriveConnections({8 * kGbit, 1e-4}, W).value, 2u);
+  // A 200 ms WAN at 1 Gbit/s: 23.9 MB over 4 MiB windows = 5.7, so 6.
+  const Choice wan = DeriveConnections({kGbit, 200e-3}, W);
+  EXPECT_EQ(wan.value, 6u);
+  EXPECT_NE(wan.reason.find("ceil(B R / W)"), std::string::npos) << wan.reason;
+  EXPECT_NE(wan.reason.find("200.00 ms"), std::string::npos) << wan.reason;
+  // 10 Gbit/s at 30 ms: 35.9 MB / 4 MiB = 8.6, so 9; the same link with 1 MiB windows: capped at 16.
+  EXPECT_EQ(DeriveConnections({10 * kGbit, 30e-3}, W).value, 9u);
+  EXPECT_EQ(DeriveConnections({10 * kGbit, 30e-3}, 1 * kMiB).value, static_cast<size_t>(kMaxConnections));
+  // Small windows on a fast loopback: 8 Gbit/s * 0.1 ms = 95.6 KB over 16 KiB windows: 6.
+  EXPECT_EQ(DeriveConnections({8 * kGbit, 1e-4}, 16 * kKiB).value, 6u);
+  // Nothing measured, or no window known: the floor.
+  EXPECT_EQ(DeriveConnections({0, 1e-4}, W).value, 2u);
+  EXPECT_EQ(DeriveConnections({kGbit, 0}, W).value, 2u);
+  EXPECT_EQ(DeriveConnections({kGbit, 200e-3}, 0).value, 2u);
+  // Never fewer as the round trip grows.
+  size_t last = 0;
+  for (double r = 1e-5; r < 1; r *= 1.5) {
+    const size_t k = DeriveConnections({kGbit, r}, W).value;
+    EXPECT_GE(k, last) << r;
+    last = k;
+  }
+}
+
 TEST(SettingsModelTest, CreditCoversEveryServerAndWorkerTwiceOver) {
   EXPECT_EQ(At(kGbit, 1e-4, 8, 8).credit_bytes.value, 16 * kMiB);  // 8 * 8 * 256 KiB
   EXPECT_EQ(At(kGbit, 1e-4, 8, 2).credit_bytes.value, 16 * kMiB);  // max(n, k)

@@ -120,6 +120,9 @@ TEST(StartupAgreementTest, EveryWorkerAppliesWorkerZerosDecision) {
     const StartupOutcome& o = run.outcomes[w].value();
     EXPECT_EQ(o.partition_bytes.value, zero.partition_bytes.value) << w;
     EXPECT_EQ(o.credit_bytes.value, zero.credit_bytes.value) << w;
+    // Worker 0's measurement too (connections per server are each worker's own, from it).
+    EXPECT_NEAR(o.link.goodput_Bps, zero.link.goodput_Bps, 1) << w;
+    EXPECT_NEAR(o.link.rtt_s, zero.link.rtt_s, 1e-9) << w;
     // The probe's candidates (the first also for the round trips), then the agreed size.
     std::vector<size_t> expected = {kProbeCandidates[0]};
     for (int r = 0; r < kProbeRuns; ++r) expected.insert(expected.end(), kProbeCandidates.begin(), kProbeCandidates.end());

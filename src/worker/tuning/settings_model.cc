@@ -57,4 +57,16 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
   return out;
 }
 
+Choice DeriveConnections(const LinkEstimate& link, size_t window_bytes) {
+  if (!(link.goodput_Bps > 0) || !(link.rtt_s > 0) || window_bytes == 0) {
+    return {kMinConnections, fmt::format("nothing measured: {}", kMinConnections)};
+  }
+  const double bdp = link.goodput_Bps * link.rtt_s;
+  const double needed = std::ceil(bdp / static_cast<double>(window_bytes));
+  const int K = static_cast<int>(std::clamp(needed, static_cast<double>(kMinConnections), double{kMaxConnections}));
+  return {static_cast<size_t>(K),
+          fmt::format("max({}, ceil(B R / W) = ceil({} * {:.2f} ms / {}) = {}), at most {}", kMinConnections,
+                      Mbps(link.goodput_Bps), link.rtt_s * 1e3, KiB(window_bytes), needed, kMaxConnections)};
+}
+
 }  // namespace byteps::worker::tuning

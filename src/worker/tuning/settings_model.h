@@ -13,6 +13,11 @@
 //     much in flight, four times over for the workers' skew (measured: n = 8 needed it), and
 //     never fewer than 16 partitions (with one or two peers a handful in flight leaves loopback's
 //     pipeline idle). More only queues bytes in front of the next iteration's urgent partitions.
+//   connections per server K = max(2, ceil(B R / W)), at most 16
+//     One TCP connection moves at most its window W per round trip (W: BYTEPS_SOCKET_BUFFER_BYTES,
+//     or half the kernel's tcp_rmem maximum when that is 0), so filling B at round trip R takes
+//     B R / W of them; never fewer than 2 (the sweep measured 2 as fast as or faster than 1 in
+//     every case: a large partition on one connection does not hold up the next one's frames).
 //
 // Threading: pure functions.
 #pragma once
@@ -47,6 +52,13 @@ struct DerivedSettings {
   Choice partition_bytes;
   Choice credit_bytes;
 };
+
+inline constexpr int kMinConnections = 2;
+inline constexpr int kMaxConnections = 16;  // BYTEPS_CONNECTIONS_PER_PEER's own limit
+
+// Connections per server for a link of `link` when each connection's window is `window_bytes`.
+// With nothing measured (or no window known) it keeps kMinConnections.
+Choice DeriveConnections(const LinkEstimate& link, size_t window_bytes);
 
 // The model's choice. With nothing measured it keeps the largest partition and leaves the credit
 // uncapped (0), the behaviour of the fixed defaults.

@@ -125,10 +125,11 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
       derived = Derive(mine, o.model);
       if (o.partition_pinned) derived.partition_bytes = {o.partition_bytes, "set by BYTEPS_PARTITION_BYTES"};
       decision = {kVersion, static_cast<int64_t>(derived.partition_bytes.value),
-                  static_cast<int64_t>(derived.credit_bytes.value), static_cast<int64_t>(mine.goodput_Bps)};
+                  static_cast<int64_t>(derived.credit_bytes.value), static_cast<int64_t>(mine.goodput_Bps),
+                  static_cast<int64_t>(mine.rtt_s * 1e9)};
     }
     BYTEPS_ASSIGN_OR_RETURN(Vector agreed, ShareFromWorker0(c, "__byteps.tune.settings", o.is_rank0, decision));
-    out.link = o.is_rank0 ? mine : LinkEstimate{static_cast<double>(agreed[3]), 0};
+    out.link = o.is_rank0 ? mine : LinkEstimate{static_cast<double>(agreed[3]), static_cast<double>(agreed[4]) / 1e9};
     out.partition_bytes = o.is_rank0 ? derived.partition_bytes
                                      : Choice{static_cast<size_t>(agreed[1]), "worker 0's start-up probe"};
     if (o.credit_pinned) {

@@ -10,14 +10,14 @@
 //
 // Sequence (the same on every worker, decided only by worker 0's plan, so nobody waits for a
 // push_pull the others skip):
-//   __byteps.tune.plan       int64[4]  worker 0: {version, probe?, partition bytes, 0}
+//   __byteps.tune.plan       int64[5]  worker 0: {version, probe?, partition bytes, 0, 0}
 //   probe only:
 //   __byteps.tune.rtt        int64[1] x 4       round trip R (the fastest of the last three)
 //   __byteps.tune.warm       1 MiB              warms connections and server buffers up
 //   __byteps.tune.p256, p1024, p4096            4 MiB each, 3 times, interleaved, in partitions of
 //                                               256 KiB, 1 MiB, 4 MiB: the fastest run gives B
-//   __byteps.tune.settings   int64[4]  worker 0: {version, partition, credit, goodput}
-//   __byteps.tune.explore    int64[4]  every process: {can explore, 1, second candidate KiB, its square}:
+//   __byteps.tune.settings   int64[5]  worker 0: {version, partition, credit, goodput, round trip ns}
+//   __byteps.tune.explore    int64[5]  every process: {can explore, 1, second candidate KiB, its square, 0}:
 //                                       the partition size is explored online only if all can,
 //                                       with the same candidates (engine_tuning.cc)
 // Threading: runs on the thread that starts the engine; the collective's calls block.
@@ -54,8 +54,8 @@ class Collective {
 // Worker 0's values, learnt by everyone through one push_pull of `name` in which worker 0
 // contributes `mine` (its [0] becomes kSettingsVersion) and the others zeros. Errors: the push_pull's,
 // or a sum that shows no worker 0, several, or another version.
-inline constexpr int64_t kSettingsVersion = 1;
-using SharedVector = std::array<int64_t, 4>;
+inline constexpr int64_t kSettingsVersion = 2;
+using SharedVector = std::array<int64_t, 5>;
 StatusOr<SharedVector> ShareFromWorker0(Collective& c, const std::string& name, bool is_rank0,
                                         const SharedVector& mine);
 
@@ -74,7 +74,7 @@ struct StartupOptions {
 
 struct StartupOutcome {
   bool probed = false;
-  LinkEstimate link;  // worker 0's measurement (the others get its goodput only)
+  LinkEstimate link;  // worker 0's measurement (goodput and round trip, shared with everyone)
   std::string probe_times;  // worker 0: each candidate's time, for the log
   Choice partition_bytes;
   Choice credit_bytes;

@@ -11,6 +11,30 @@ import pytest
 pytestmark = pytest.mark.usefixtures("require_core")
 
 
+# The compat reference's section 1.2: byteps.torch's top-level names and byteps.torch.ops's
+# (which are exported at the top level too), plus 1.1's get_pushpull_speed, 1.3 and 1.4.
+TORCH_TOP = ("init shutdown suspend resume size local_size rank local_rank push_pull poll synchronize declare "
+             "byteps_push_pull Compression DistributedOptimizer _DistributedOptimizer broadcast_parameters "
+             "broadcast_optimizer_state broadcast_object get_pushpull_speed").split()
+TORCH_OPS = ("push_pull_async push_pull_async_inplace push_pull_inplace push_pull_group_sync_inplace "
+             "byteps_torch_set_num_grads").split()
+
+
+def test_every_name_of_the_originals_torch_api_is_there():
+    pytest.importorskip("torch", reason="python3-torch is not installed")
+    import byteps.torch as bps
+    import byteps.torch.ops as ops
+    from byteps.torch.cross_barrier import CrossBarrier
+    from byteps.torch.parallel import DistributedDataParallel
+
+    missing = [n for n in TORCH_TOP + TORCH_OPS if not callable(getattr(bps, n, None)) and n != "Compression"]
+    missing += [f"ops.{n}" for n in TORCH_OPS if not callable(getattr(ops, n, None))]
+    assert not missing, missing
+    assert set(TORCH_TOP + TORCH_OPS) <= set(bps.__all__), set(TORCH_TOP + TORCH_OPS) - set(bps.__all__)
+    assert bps.Compression.none is not None and bps.Compression.fp16 is not None
+    assert callable(CrossBarrier) and callable(DistributedDataParallel)
+
+
 def test_get_pushpull_speed_samples_completed_bytes_per_window(standalone, monkeypatch):
     bps = standalone("byteps.numpy")
     from byteps import _basics

@@ -30,14 +30,16 @@ from .horovod import (
     broadcast, broadcast_, broadcast_async, broadcast_async_, join, synchronize,
 )
 from .ops import (
-    byteps_push_pull, declare, init, local_rank, local_size, poll, push_pull, push_pull_async,
-    push_pull_async_inplace, push_pull_inplace, rank, resume, shutdown, size, suspend,
+    byteps_push_pull, byteps_torch_set_num_grads, declare, init, local_rank, local_size, poll, push_pull,
+    push_pull_async, push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume,
+    shutdown, size, suspend,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer
 
 __all__ = [
     "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "declare",
     "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
+    "push_pull_group_sync_inplace", "byteps_torch_set_num_grads",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed",
     # Horovod's names (byteps.torch.horovod)

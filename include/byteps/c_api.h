@@ -43,9 +43,21 @@ typedef int64_t byteps_handle_t;
 /* Reads the configuration from the environment and joins the job (blocks until every worker and
  * server has registered, or BYTEPS_START_TIMEOUT). Idempotent. */
 int byteps_init(void);
+/* Reads and checks the configuration now (errors name the variable); joins the job on the first
+ * call that needs it (declare, push_pull, rank...), which then blocks as byteps_init does. */
+int byteps_lazy_init(void);
 /* Finishes outstanding work, leaves the job together with the other workers. Idempotent. */
 int byteps_shutdown(void);
+/* 1 after byteps_init or byteps_lazy_init, until byteps_shutdown. */
 int byteps_is_initialized(void);
+
+/* Elastic training (BytePS's suspend/resume). byteps_suspend is byteps_shutdown; the names
+ * declared or pushed since byteps_init are kept. byteps_resume sets DMLC_NUM_WORKER,
+ * DMLC_NUM_SERVER and (global_rank >= 0) BYTEPS_GLOBAL_RANK, joins the job those describe (the rest
+ * of its environment, e.g. the scheduler's address, must be set), and declares every kept name
+ * again in its first-use order, so keys and server placement are the same. */
+int byteps_suspend(void);
+int byteps_resume(int num_workers, int num_servers, int global_rank);
 
 /* Global rank/size of this training process, and within its host. -1 before init. */
 int byteps_rank(void);
@@ -63,12 +75,23 @@ int byteps_declare_tensor(const char* name, size_t bytes, int dtype);
  * handle (> 0) or -1. priority: higher is sent first. */
 byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes,
                                        int dtype, int average, int priority);
+/* Starts a broadcast of `bytes` bytes at `buffer` from root_rank to every worker, in place: a
+ * push_pull whose non-root contributions are zeros (the buffer is zeroed first on those ranks),
+ * so the result is the root's bytes exactly. Returns a handle (> 0) or -1. */
+byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
+                                       int priority);
 /* 1 when done, 0 while running, -1 when the operation failed (see byteps_last_error). */
 int byteps_poll(byteps_handle_t handle);
 /* Waits up to timeout_s seconds (< 0: BYTEPS_TIMEOUT). 0 when done, -1 on failure or timeout. */
 int byteps_wait(byteps_handle_t handle, double timeout_s);
 /* Forgets a finished handle. */
 void byteps_release(byteps_handle_t handle);
+
+/* BytePS's get_pushpull_speed: the oldest unread sample, the input bytes of the push_pulls that
+ * completed in a window of at least 10 s, per second, in MB/s, and when the window closed (ms
+ * since the epoch); *ms_since_epoch = 0 and *mb_per_s = -5.0 when there is none (or
+ * BYTEPS_TELEMETRY_ON=0). At most 1024 samples are kept. Returns 0, or -1 for NULL pointers. */
+int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s);
 
 const char* byteps_last_error(void);
 int byteps_last_error_code(void);

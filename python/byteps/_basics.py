@@ -115,8 +115,31 @@ def _shutdown_at_exit() -> None:
 
 
 def suspend() -> None:
-    """Same as :func:`shutdown` (as in BytePS)."""
+    """Same as :func:`shutdown` (as in BytePS): the core keeps the names declared or pushed since
+    :func:`init` for :func:`resume`."""
     shutdown()
+
+
+def resume(num_workers: int, num_servers: int, global_rank: Optional[int] = None) -> None:
+    """Rejoins a (new) job after :func:`suspend` (the core's ``byteps_resume``): sets
+    ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER`` and (if given) ``BYTEPS_GLOBAL_RANK``, joins, and
+    declares again every name declared or pushed since :func:`init`, in the same order (so keys and
+    server placement are the same).  The rest of the new job's environment must already be set."""
+    global _atexit_registered
+    c = core()
+    with _lock:
+        if not _atexit_registered:
+            atexit.register(_shutdown_at_exit)
+            _atexit_registered = True
+    try:
+        c.resume(int(num_workers), int(num_servers), -1 if global_rank is None else int(global_rank))
+    finally:
+        handles.clear()
+    # The environment the core set, for the Python side too (os.environ does not see setenv).
+    os.environ["DMLC_NUM_WORKER"] = str(int(num_workers))
+    os.environ["DMLC_NUM_SERVER"] = str(int(num_servers))
+    if global_rank is not None:
+        os.environ["BYTEPS_GLOBAL_RANK"] = str(int(global_rank))
 
 
 def is_initialized() -> bool:
@@ -185,7 +208,7 @@ class Pending:
     output: Any
     name: str  # core name
     meta: Any = None  # plugin-specific (e.g. how to return the output)
-    nbytes: int = 0  # counted by get_pushpull_speed once it completes
+    nbytes: int = 0  # the input bytes
 
 
 class HandleManager:
@@ -289,47 +312,17 @@ def wait(handle: int, timeout: Optional[float] = None) -> Pending:
             raise
         # "done": it finished between the timeout and the poll
     _release(c, handle)
-    telemetry.add(pending.nbytes)
     return pending
 
 
-class Telemetry:
-    """BytePS's push_pull speed samples: one per window of at least ``window_s`` seconds in
-    which push_pulls completed, ``(ms since the epoch at its end, MB/s of completed input bytes)``,
-    at most 1024 kept, read oldest first.  Off with ``BYTEPS_TELEMETRY_ON=0``.  Thread-safe."""
-
-    def __init__(self, window_s: float = 10.0, enabled: bool = True) -> None:
-        self.window_s = window_s
-        self.enabled = enabled
-        self._lock = threading.Lock()
-        self._start = time.monotonic()
-        self._bytes = 0
-        self._samples: collections.deque = collections.deque(maxlen=1024)
-
-    def add(self, nbytes: int) -> None:
-        if not self.enabled:
-            return
-        with self._lock:
-            self._bytes += nbytes
-            now = time.monotonic()
-            if now - self._start >= self.window_s:
-                self._samples.append((int(time.time() * 1000), self._bytes / 1e6 / (now - self._start)))
-                self._start, self._bytes = now, 0
-
-    def next_sample(self) -> tuple[int, float]:
-        with self._lock:
-            return self._samples.popleft() if self._samples else (0, -5.0)
-
-
-telemetry = Telemetry(enabled=os.environ.get("BYTEPS_TELEMETRY_ON", "1").strip().lower() not in
-                      ("0", "false", "no", "off"))
-
-
 def get_pushpull_speed() -> tuple[int, float]:
-    """The oldest unread push_pull speed sample, ``(ms since the epoch, MB/s)``: the bytes of the
-    push_pulls that completed in a window of at least 10 s, per second; ``(0, -5.0)`` when there is
-    none (as in BytePS)."""
-    return telemetry.next_sample()
+    """The oldest unread push_pull speed sample, ``(ms since the epoch, MB/s)``: the input bytes of
+    the push_pulls that completed in a window of at least 10 s, per second; ``(0, -5.0)`` when there
+    is none, before init, or with ``BYTEPS_TELEMETRY_ON=0`` (as in BytePS).  Sampled by the core."""
+    if _core_module is None:
+        return (0, -5.0)
+    ms, mbps = _core_module.get_pushpull_speed()
+    return (int(ms), float(mbps))
 
 
 def _release(c, handle: int) -> None:

@@ -27,11 +27,11 @@ from typing import Optional
 import numpy as np
 
 from . import _basics
-from ._basics import (declare, get_pushpull_speed, init, local_rank, local_size, poll, rank, shutdown, size, suspend,
-                      synchronize)
+from ._basics import (declare, get_pushpull_speed, init, local_rank, local_size, poll, rank, resume, shutdown, size,
+                      suspend, synchronize)
 
 __all__ = [
-    "init", "shutdown", "suspend", "rank", "size", "local_rank", "local_size", "declare",
+    "init", "shutdown", "suspend", "resume", "rank", "size", "local_rank", "local_size", "declare",
     "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
     "push_pull_inplace", "poll", "synchronize", "get_pushpull_speed", "SUPPORTED_DTYPES",
 ]

@@ -4,9 +4,15 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "common/logging.h"
 #include "config/config.h"
@@ -15,6 +21,7 @@
 namespace {
 
 using byteps::Status;
+using byteps::StatusOr;
 using byteps::StatusCode;
 
 // The C ABI's codes are StatusCode's values: byteps_last_error_code() returns st.code() as is.
@@ -29,6 +36,29 @@ static_assert(SameCode(BYTEPS_OK, StatusCode::kOk) && SameCode(BYTEPS_INVALID_AR
 
 std::mutex g_mu;
 std::shared_ptr<byteps::worker::Engine> g_engine;  // guarded by g_mu
+// byteps_lazy_init's configuration: the engine starts (joins the job) on first use.
+std::optional<byteps::config::Config> g_lazy;  // guarded by g_mu
+
+// Every name declared or pushed since byteps_init, in first-use order, with its size when
+// declared with one: byteps_resume declares them again in this order, so keys and server
+// placement are the same. Kept across shutdown and suspend (as in BytePS); restarted by init.
+struct Declared {
+  std::string name;
+  std::optional<std::pair<size_t, byteps::DataType>> size;
+};
+std::mutex g_declared_mu;
+std::vector<Declared> g_declared;            // guarded by g_declared_mu
+std::unordered_set<std::string> g_declared_names;  // guarded by g_declared_mu
+
+void Remember(const std::string& name, std::optional<std::pair<size_t, byteps::DataType>> size) {
+  std::lock_guard<std::mutex> lock(g_declared_mu);
+  if (g_declared_names.insert(name).second) {
+    g_declared.push_back({name, size});
+  } else if (size) {
+    for (Declared& d : g_declared)
+      if (d.name == name && !d.size) d.size = size;
+  }
+}
 
 thread_local std::string t_error;
 thread_local int t_error_code = 0;
@@ -44,12 +74,46 @@ void ClearError() {
   t_error_code = 0;
 }
 
+StatusOr<byteps::config::Config> LoadConfig() {
+  auto cfg = byteps::config::Load(byteps::config::ProcessEnvironment());
+  if (!cfg.ok()) return cfg.status();
+  byteps::log::SetLevel(cfg->log_level);
+  byteps::log::SetHideTime(cfg->log_hide_time);
+  byteps::log::SetIdentity(fmt::format("worker:{}", cfg->worker_id < 0 ? 0 : cfg->worker_id));
+  byteps::config::LogWarnings(cfg.value());
+  return cfg;
+}
+
+// Under g_mu: joins the job with `cfg`.
+int StartLocked(const byteps::config::Config& cfg) {
+  auto engine = byteps::worker::Engine::Start(cfg);
+  if (!engine.ok()) return SetError(engine.status());
+  g_engine = std::move(engine.value());
+  return 0;
+}
+
 std::shared_ptr<byteps::worker::Engine> GetEngine() {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_engine && g_lazy) {
+    // byteps_lazy_init: the first call that needs the job joins it (once: a failure is final).
+    const byteps::config::Config cfg = *g_lazy;
+    g_lazy.reset();
+    if (StartLocked(cfg) != 0) {
+      t_error = "byteps_lazy_init: joining the job on first use failed: " + t_error;
+      return nullptr;
+    }
+  }
   if (!g_engine) {
     SetError(byteps::Precondition("byteps is not initialized; call byteps.init() (byteps_init) first"));
   }
   return g_engine;
+}
+
+// Declares `name` again on a fresh engine, as it was declared before.
+int Redeclare(byteps::worker::Engine& e, const Declared& d) {
+  auto k = e.Declare(d.name, d.size);
+  if (!k.ok()) return SetError(k.status().WithContext(fmt::format("resume: declaring '{}' again", d.name)));
+  return 0;
 }
 
 }  // namespace
@@ -60,15 +124,61 @@ int byteps_init(void) {
   ClearError();
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_engine) return 0;
-  auto cfg = byteps::config::Load(byteps::config::ProcessEnvironment());
+  g_lazy.reset();
+  auto cfg = LoadConfig();
   if (!cfg.ok()) return SetError(cfg.status());
-  byteps::log::SetLevel(cfg->log_level);
-  byteps::log::SetHideTime(cfg->log_hide_time);
-  byteps::log::SetIdentity(fmt::format("worker:{}", cfg->worker_id < 0 ? 0 : cfg->worker_id));
-  byteps::config::LogWarnings(cfg.value());
-  auto engine = byteps::worker::Engine::Start(cfg.value());
-  if (!engine.ok()) return SetError(engine.status());
-  g_engine = std::move(engine.value());
+  {
+    std::lock_guard<std::mutex> declared(g_declared_mu);
+    g_declared.clear();
+    g_declared_names.clear();
+  }
+  return StartLocked(cfg.value());
+}
+
+int byteps_lazy_init(void) {
+  ClearError();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_engine || g_lazy) return 0;
+  auto cfg = LoadConfig();
+  if (!cfg.ok()) return SetError(cfg.status());
+  {
+    std::lock_guard<std::mutex> declared(g_declared_mu);
+    g_declared.clear();
+    g_declared_names.clear();
+  }
+  g_lazy = std::move(cfg.value());
+  return 0;
+}
+
+int byteps_suspend(void) { return byteps_shutdown(); }
+
+int byteps_resume(int num_workers, int num_servers, int global_rank) {
+  ClearError();
+  if (num_workers < 1 || num_servers < 0) {
+    return SetError(byteps::InvalidArgument(
+        fmt::format("resume({}, {}, {}): needs at least one worker and no negative server count", num_workers,
+                    num_servers, global_rank)));
+  }
+  if (byteps_shutdown() != 0) return -1;
+  ::setenv("DMLC_NUM_WORKER", std::to_string(num_workers).c_str(), 1);
+  ::setenv("DMLC_NUM_SERVER", std::to_string(num_servers).c_str(), 1);
+  if (global_rank >= 0) ::setenv("BYTEPS_GLOBAL_RANK", std::to_string(global_rank).c_str(), 1);
+  std::shared_ptr<byteps::worker::Engine> e;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_lazy.reset();
+    auto cfg = LoadConfig();
+    if (!cfg.ok()) return SetError(cfg.status().WithContext("resume"));
+    if (StartLocked(cfg.value()) != 0) return -1;
+    e = g_engine;
+  }
+  std::vector<Declared> replay;
+  {
+    std::lock_guard<std::mutex> lock(g_declared_mu);
+    replay = g_declared;
+  }
+  for (const Declared& d : replay)
+    if (Redeclare(*e, d) != 0) return -1;
   return 0;
 }
 
@@ -78,6 +188,7 @@ int byteps_shutdown(void) {
   {
     std::lock_guard<std::mutex> lock(g_mu);
     e.swap(g_engine);
+    g_lazy.reset();
   }
   if (!e) return 0;
   Status st = e->Shutdown();
@@ -86,7 +197,7 @@ int byteps_shutdown(void) {
 
 int byteps_is_initialized(void) {
   std::lock_guard<std::mutex> lock(g_mu);
-  return g_engine ? 1 : 0;
+  return g_engine || g_lazy ? 1 : 0;
 }
 
 int byteps_rank(void) {
@@ -112,7 +223,9 @@ int byteps_declare(const char* name) {
   if (!e) return -1;
   if (name == nullptr) return SetError(byteps::InvalidArgument("declare: name is NULL"));
   auto k = e->Declare(name);
-  return k.ok() ? static_cast<int>(k.value()) : SetError(k.status());
+  if (!k.ok()) return SetError(k.status());
+  Remember(name, std::nullopt);
+  return static_cast<int>(k.value());
 }
 
 int byteps_declare_tensor(const char* name, size_t bytes, int dtype) {
@@ -123,7 +236,9 @@ int byteps_declare_tensor(const char* name, size_t bytes, int dtype) {
   auto dt = byteps::DataTypeFromCode(dtype);
   if (!dt) return SetError(byteps::InvalidArgument(fmt::format("declare of '{}': unsupported dtype code {}", name, dtype)));
   auto k = e->Declare(name, std::make_pair(bytes, *dt));
-  return k.ok() ? static_cast<int>(k.value()) : SetError(k.status());
+  if (!k.ok()) return SetError(k.status());
+  Remember(name, std::make_pair(bytes, *dt));
+  return static_cast<int>(k.value());
 }
 
 byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes, int dtype,
@@ -145,7 +260,39 @@ byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void
   r.average = average != 0;
   r.priority = priority;
   auto h = e->Enqueue(r);
-  return h.ok() ? h.value() : SetError(h.status());
+  if (!h.ok()) return SetError(h.status());
+  Remember(r.name, std::nullopt);
+  return h.value();
+}
+
+byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
+                                       int priority) {
+  ClearError();
+  auto e = GetEngine();
+  if (!e) return -1;
+  if (root_rank < 0 || root_rank >= e->size()) {
+    return SetError(byteps::InvalidArgument(fmt::format("broadcast of '{}': root rank {} is not in [0, {})",
+                                                        name ? name : "(null)", root_rank, e->size())));
+  }
+  // A sum in which every rank but the root contributes zeros is the root's value, exactly (x + 0).
+  if (e->rank() != root_rank && buffer != nullptr) std::memset(buffer, 0, bytes);
+  return byteps_push_pull_async(name, buffer, buffer, bytes, dtype, /*average=*/0, priority);
+}
+
+int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s) {
+  ClearError();
+  if (ms_since_epoch == nullptr || mb_per_s == nullptr) {
+    return SetError(byteps::InvalidArgument("get_pushpull_speed: NULL output pointer"));
+  }
+  std::shared_ptr<byteps::worker::Engine> e;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    e = g_engine;
+  }
+  const byteps::worker::SpeedSample s = e ? e->NextSpeedSample() : byteps::worker::SpeedSample{};
+  *ms_since_epoch = s.ms_since_epoch;
+  *mb_per_s = s.mb_per_s;
+  return 0;
 }
 
 int byteps_poll(byteps_handle_t handle) {

@@ -50,6 +50,32 @@ PYBIND11_MODULE(_core, m) {
     }
     Check(rc);
   });
+  m.def("lazy_init", [] { Check(byteps_lazy_init()); });
+  m.def("suspend", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = byteps_suspend();
+    }
+    Check(rc);
+  });
+  m.def(
+      "resume",
+      [](int num_workers, int num_servers, int global_rank) {
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = byteps_resume(num_workers, num_servers, global_rank);
+        }
+        Check(rc);
+      },
+      py::arg("num_workers"), py::arg("num_servers"), py::arg("global_rank") = -1);
+  m.def("get_pushpull_speed", [] {
+    int64_t ms = 0;
+    double mbps = 0;
+    Check(byteps_get_pushpull_speed(&ms, &mbps));
+    return py::make_tuple(ms, mbps);
+  });
   m.def("is_initialized", [] { return byteps_is_initialized() != 0; });
   m.def("rank", [] { return Check(byteps_rank()); });
   m.def("size", [] { return Check(byteps_size()); });
@@ -74,6 +100,16 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("average"), py::arg("priority") = 0);
+  m.def(
+      "broadcast_async",
+      [](const std::string& name, uintptr_t buffer, size_t nbytes, int dtype, int root_rank, int priority) {
+        byteps_handle_t h = byteps_broadcast_async(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype,
+                                                   root_rank, priority);
+        if (h < 0) Raise();
+        return h;
+      },
+      py::arg("name"), py::arg("buffer"), py::arg("nbytes"), py::arg("dtype"), py::arg("root_rank"),
+      py::arg("priority") = 0);
   m.def("poll", [](int64_t h) { return Check(byteps_poll(h)) == 1; }, py::arg("handle"));
   m.def(
       "wait",

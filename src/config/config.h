@@ -47,6 +47,8 @@ struct Config {
   bool partition_bytes_pinned = false;
   bool scheduling_credit_pinned = false;
   bool connections_per_peer_pinned = false;
+  bool telemetry_on = true;            // BYTEPS_TELEMETRY_ON: get_pushpull_speed's samples
+  double telemetry_window_s = 10;      // a sample per window this long (BytePS's 10 s; tests shorten it)
 
   // Server.
   int server_engine_threads = 4;       // BYTEPS_SERVER_ENGINE_THREAD

@@ -249,9 +249,10 @@ constexpr Entry kRegistry[] = {
      "bpslaunch: the cores of each local rank, \"a,b-c:d-e\" (one colon-separated entry per rank); without it "
      "the allowed cores are split evenly, the root (last) rank taking the remainder", Accept, nullptr, ""},
     {"BYTEPS_TELEMETRY_ON", "bool",
-     "push_pull speed sampling for get_pushpull_speed() (the Python plugins): one sample per 10 s window of "
-     "completed push_pulls; 0 turns it off", [](const Arg& a, Config&) { bool b; return SetBool(a, b); }, nullptr,
-     "1"},
+     "push_pull speed sampling for get_pushpull_speed(): one sample per 10 s window of completed push_pulls; 0 "
+     "turns it off",
+     [](const Arg& a, Config& c) { return SetBool(a, c.telemetry_on); },
+     [](const Config& c) { return std::string(c.telemetry_on ? "1" : "0"); }},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
 };

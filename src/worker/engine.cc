@@ -25,6 +25,7 @@ namespace byteps::worker {
 Engine::Engine(const config::Config& config)
     : config_(config),
       handles_(std::make_unique<HandleTable>()),
+      telemetry_(config.telemetry_on, config.telemetry_window_s),
       assigner_(std::make_unique<KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)),
       credit_bytes_(static_cast<size_t>(config.scheduling_credit) * config.partition_bytes) {}
 
@@ -91,7 +92,14 @@ void Engine::StartPipeline() {
   Dispatcher::Options d;
   d.credit_bytes = credit_bytes();
   auto loop = std::make_unique<DispatchLoop>(
-      d, [this](PartitionTask* t, const Status& st) { handles_->PartDone(*t->op, t->part, st); });
+      d, [this](PartitionTask* t, const Status& st) {
+        // The last part of a user push_pull that succeeded counts for get_pushpull_speed (once:
+        // PartDone is true only for the part that finishes the operation).
+        if (handles_->PartDone(*t->op, t->part, st) && st.ok() &&
+            t->op->request.name.rfind(tuning::kInternalTuningPrefix, 0) != 0) {
+          telemetry_.Add(t->op->request.bytes);
+        }
+      });
   PipelineContext pc;
   pc.loop = loop.get();
   pc.local = local_.get();

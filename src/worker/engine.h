@@ -24,6 +24,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "config/config.h"
+#include "worker/speed_telemetry.h"
 #include "worker/tensor_request.h"
 
 namespace byteps::cluster {
@@ -81,6 +82,9 @@ class Engine {
   // Waits up to timeout_s (< 0: BYTEPS_TIMEOUT). The operation's error, or DeadlineExceeded.
   Status Wait(HandleId h, double timeout_s = -1);
   void Release(HandleId h);
+  // get_pushpull_speed: the oldest unread sample of completed push_pull bytes per second (the
+  // job's own tensors, not the tuning's).
+  SpeedSample NextSpeedSample() { return telemetry_.Next(); }
   // Waits for outstanding work, tells the scheduler we are done, waits for the job's end.
   Status Shutdown();
 
@@ -118,6 +122,7 @@ class Engine {
   std::unique_ptr<LocalReducer> local_;  // BYTEPS_LOCAL_SIZE > 1
   std::unique_ptr<ServerLinks> links_;   // when this process talks to the servers
   std::unique_ptr<HandleTable> handles_;
+  SpeedTelemetry telemetry_;
   std::unique_ptr<DispatchLoop> loop_;
   std::unique_ptr<PipelineSet> pipelines_;
 

@@ -43,24 +43,16 @@ _CODES = {
 }
 SUPPORTED_DTYPES = tuple(str(dt).replace("torch.", "") for dt in _CODES)
 
-# Names declared or used with an explicit name since init(), in first-use order, with (bytes,
-# dtype code) when declared with a size: resume() declares them again in this order.  Kept
-# across shutdown/suspend (as in BytePS), restarted by init() when not initialized (the core's
-# declarations restart too).  Unnamed tensors are not replayed (their counter restarts).
-_declared: dict[str, Optional[tuple[int, int]]] = {}
-_declared_lock = threading.Lock()
-
 # Per broadcast_object name, the buffer size of its first broadcast in this session (see
-# byteps.torch.functions.broadcast_object); restarted with _declared.
+# byteps.torch.functions.broadcast_object); restarted by init() when not initialized.  (The names
+# resume() declares again are kept by the core.)
 object_capacity: dict[str, int] = {}
 
 
 def init(lazy: bool = True) -> None:
     """Joins the job; see :func:`byteps._basics.init`.  Idempotent."""
     if not _basics.is_initialized():
-        with _declared_lock:
-            _declared.clear()
-            object_capacity.clear()
+        object_capacity.clear()
     _basics.init(lazy)
 
 
@@ -100,20 +92,10 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def _remember(name: Optional[str], spec: Optional[tuple[int, int]] = None) -> None:
-    if name is None:
-        return
-    with _declared_lock:
-        if _declared.get(name) is None:
-            _declared[name] = spec
-
-
 def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool, name: Optional[str],
            priority: int) -> int:
-    handle = _basics.start(name, tensor.data_ptr(), output.data_ptr(), _nbytes(tensor), code, average, priority,
-                           tensor, output)
-    _remember(name)
-    return handle
+    return _basics.start(name, tensor.data_ptr(), output.data_ptr(), _nbytes(tensor), code, average, priority,
+                         tensor, output)
 
 
 def declare(name: str) -> int:
@@ -122,9 +104,7 @@ def declare(name: str) -> int:
     Optional: a push_pull declares its name on first use.  Declaring up front fixes the keys
     (and so the servers) of a training loop's tensors regardless of the order they first run in.
     """
-    key = _basics.declare(name)
-    _remember(name)
-    return key
+    return _basics.declare(name)
 
 
 def declare_tensor(name: str, tensor_or_nbytes, dtype=None) -> int:
@@ -134,9 +114,7 @@ def declare_tensor(name: str, tensor_or_nbytes, dtype=None) -> int:
         nbytes, code = _nbytes(tensor_or_nbytes), dtype_code(tensor_or_nbytes.dtype)
     else:
         nbytes, code = int(tensor_or_nbytes), dtype_code(dtype)
-    key = _basics.declare_tensor(name, nbytes, code)
-    _remember(name, (nbytes, code))
-    return key
+    return _basics.declare_tensor(name, nbytes, code)
 
 
 def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None, version: int = 0,
@@ -228,27 +206,15 @@ def push_pull_group_sync_inplace(tensor: torch.Tensor, average: bool = True, nam
 
 
 def resume(num_workers: int, num_servers: int, global_rank: Optional[int] = None, context=None) -> None:
-    """Rejoins a (new) job after :func:`suspend`, and declares again every named tensor declared
-    or used before, in the same order (so keys and server placement are the same).
+    """Rejoins a (new) job after :func:`suspend`, and declares again every tensor declared or used
+    before, in the same order (so keys and server placement are the same): the core's
+    ``byteps_resume``.
 
-    Sets ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER`` and (if given) ``BYTEPS_GLOBAL_RANK`` in this
-    process's environment, shuts down if still initialized, then initializes again.  The rest of
-    the new job's environment (scheduler address and port, ``DMLC_WORKER_ID``...) must already
-    be set: a job with other counts has its own scheduler.  ``context`` is accepted for
-    compatibility and ignored.  Handles not yet synchronized are forgotten.
+    Sets ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER`` and (if given) ``BYTEPS_GLOBAL_RANK``, shuts
+    down if still initialized, then joins again.  The rest of the new job's environment
+    (scheduler address and port, ``DMLC_WORKER_ID``...) must already be set: a job with other
+    counts has its own scheduler.  ``context`` is accepted for compatibility and ignored.
+    Handles not yet synchronized are forgotten.
     """
     del context
-    os.environ["DMLC_NUM_WORKER"] = str(int(num_workers))
-    os.environ["DMLC_NUM_SERVER"] = str(int(num_servers))
-    if global_rank is not None:
-        os.environ["BYTEPS_GLOBAL_RANK"] = str(int(global_rank))
-    if _basics.is_initialized():
-        _basics.shutdown()
-    _basics.init(lazy=False)
-    with _declared_lock:
-        replay = list(_declared.items())
-    for name, spec in replay:
-        if spec is None:
-            _basics.declare(name)
-        else:
-            _basics.declare_tensor(name, *spec)
+    _basics.resume(num_workers, num_servers, global_rank)

@@ -75,9 +75,17 @@ int byteps_declare_tensor(const char* name, size_t bytes, int dtype);
  * handle (> 0) or -1. priority: higher is sent first. */
 byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes,
                                        int dtype, int average, int priority);
-/* Starts a broadcast of `bytes` bytes at `buffer` from root_rank to every worker, in place: a
- * push_pull whose non-root contributions are zeros (the buffer is zeroed first on those ranks),
- * so the result is the root's bytes exactly. Returns a handle (> 0) or -1. */
+/* Starts an allgather: every worker contributes `slice_bytes` bytes at `input`, which belong at
+ * byte `slice_offset` of the `total_bytes` at `output`; when the handle completes, `output` holds
+ * every worker's slice (the slices must tile it: the caller learns the others' sizes first, e.g.
+ * with a push_pull). The servers concatenate (each worker pushes only its slice). A name keeps
+ * its total size; use another name for another total. On hosts with several processes
+ * (BYTEPS_LOCAL_SIZE > 1) it is a sum of zero-padded outputs instead. Returns a handle or -1. */
+byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,
+                                       size_t total_bytes, size_t slice_offset, int dtype, int priority);
+/* Starts a broadcast of `bytes` bytes at `buffer` from root_rank to every worker, in place: an
+ * allgather in which only the root has a slice (the servers forward its bytes; the others push
+ * none). Returns a handle (> 0) or -1. */
 byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
                                        int priority);
 /* 1 when done, 0 while running, -1 when the operation failed (see byteps_last_error). */

@@ -116,6 +116,29 @@ int Redeclare(byteps::worker::Engine& e, const Declared& d) {
   return 0;
 }
 
+// A request for `what` ("push_pull", "allgather") of `name`, its output and dtype checked.
+StatusOr<byteps::worker::TensorRequest> RequestFor(const char* what, const char* name, void* output, size_t bytes,
+                                                   int dtype, int priority) {
+  if (name == nullptr) return byteps::InvalidArgument(fmt::format("{}: name is NULL", what));
+  auto dt = byteps::DataTypeFromCode(dtype);
+  if (!dt) return byteps::InvalidArgument(fmt::format("{} of '{}': unsupported dtype code {}", what, name, dtype));
+  byteps::worker::TensorRequest r;
+  r.name = name;
+  r.output = output;
+  r.bytes = bytes;
+  r.dtype = *dt;
+  r.priority = priority;
+  return r;
+}
+
+// Enqueues `r` and remembers its name for byteps_resume: the handle, or -1.
+byteps_handle_t Start(byteps::worker::Engine& e, const byteps::worker::TensorRequest& r) {
+  auto h = e.Enqueue(r);
+  if (!h.ok()) return SetError(h.status());
+  Remember(r.name, std::nullopt);
+  return h.value();
+}
+
 }  // namespace
 
 extern "C" {
@@ -246,23 +269,43 @@ byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
-  if (name == nullptr) return SetError(byteps::InvalidArgument("push_pull: name is NULL"));
-  auto dt = byteps::DataTypeFromCode(dtype);
-  if (!dt) {
-    return SetError(byteps::InvalidArgument(fmt::format("push_pull of '{}': unsupported dtype code {}", name, dtype)));
+  auto r = RequestFor("push_pull", name, output, bytes, dtype, priority);
+  if (!r.ok()) return SetError(r.status());
+  r->input = input;
+  r->average = average != 0;
+  return Start(*e, *r);
+}
+
+byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,
+                                       size_t total_bytes, size_t slice_offset, int dtype, int priority) {
+  ClearError();
+  auto e = GetEngine();
+  if (!e) return -1;
+  auto r = RequestFor("allgather", name, output, total_bytes, dtype, priority);
+  if (!r.ok()) return SetError(r.status());
+  if (slice_offset > total_bytes || slice_bytes > total_bytes - slice_offset) {
+    return SetError(byteps::InvalidArgument(fmt::format(
+        "allgather of '{}': a slice of {} bytes at offset {} does not fit {} bytes", name, slice_bytes, slice_offset,
+        total_bytes)));
   }
-  byteps::worker::TensorRequest r;
-  r.name = name;
-  r.input = input;
-  r.output = output;
-  r.bytes = bytes;
-  r.dtype = *dt;
-  r.average = average != 0;
-  r.priority = priority;
-  auto h = e->Enqueue(r);
-  if (!h.ok()) return SetError(h.status());
-  Remember(r.name, std::nullopt);
-  return h.value();
+  if (e->local_size() > 1) {
+    // A host's processes reduce locally by summing: the slice goes into a zeroed output, whose sum
+    // over all workers is the concatenation (x + 0, exact).
+    auto* out = static_cast<uint8_t*>(output);
+    if (out != nullptr) {
+      if (slice_bytes > 0 && input != nullptr && input != out + slice_offset) {
+        std::memmove(out + slice_offset, input, slice_bytes);  // first: input may lie inside output
+      }
+      std::memset(out, 0, slice_offset);
+      std::memset(out + slice_offset + slice_bytes, 0, total_bytes - slice_offset - slice_bytes);
+    }
+    return byteps_push_pull_async(name, output, output, total_bytes, dtype, /*average=*/0, priority);
+  }
+  r->input = input;
+  r->op = byteps::worker::ReduceOp::kConcat;
+  r->slice_offset = slice_offset;
+  r->slice_bytes = slice_bytes;
+  return Start(*e, *r);
 }
 
 byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
@@ -274,9 +317,9 @@ byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t by
     return SetError(byteps::InvalidArgument(fmt::format("broadcast of '{}': root rank {} is not in [0, {})",
                                                         name ? name : "(null)", root_rank, e->size())));
   }
-  // A sum in which every rank but the root contributes zeros is the root's value, exactly (x + 0).
-  if (e->rank() != root_rank && buffer != nullptr) std::memset(buffer, 0, bytes);
-  return byteps_push_pull_async(name, buffer, buffer, bytes, dtype, /*average=*/0, priority);
+  // The servers forward the root's bytes: a concatenation in which only the root has a slice.
+  const bool root = e->rank() == root_rank;
+  return byteps_allgather_async(name, buffer, root ? bytes : 0, buffer, bytes, 0, dtype, priority);
 }
 
 int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s) {

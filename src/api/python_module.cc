@@ -101,6 +101,18 @@ PYBIND11_MODULE(_core, m) {
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("average"), py::arg("priority") = 0);
   m.def(
+      "allgather_async",
+      [](const std::string& name, uintptr_t input, size_t slice_bytes, uintptr_t output, size_t total_bytes,
+         size_t slice_offset, int dtype, int priority) {
+        byteps_handle_t h = byteps_allgather_async(name.c_str(), reinterpret_cast<const void*>(input), slice_bytes,
+                                                   reinterpret_cast<void*>(output), total_bytes, slice_offset, dtype,
+                                                   priority);
+        if (h < 0) Raise();
+        return h;
+      },
+      py::arg("name"), py::arg("input"), py::arg("slice_bytes"), py::arg("output"), py::arg("total_bytes"),
+      py::arg("slice_offset"), py::arg("dtype"), py::arg("priority") = 0);
+  m.def(
       "broadcast_async",
       [](const std::string& name, uintptr_t buffer, size_t nbytes, int dtype, int root_rank, int priority) {
         byteps_handle_t h = byteps_broadcast_async(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype,

@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(const SchedulerOptions& op
                                                       std::unique_ptr<transport::Transport> transport) {
   std::unique_ptr<Scheduler> s(new Scheduler(options, std::move(transport)));
   auto port = s->transport_->Listen(options.host, options.port, s.get());
-  if (!port.ok()) return port.status().WithContext("scheduler");
+  if (!port.ok()) return port.status();  // the caller names the role (byteps scheduler: ...)
   s->port_ = port.value();
   s->start_time_ = s->clock_.Now();
   s->watchdog_ = std::thread([p = s.get()] { p->Watchdog(); });

@@ -147,7 +147,8 @@ std::string Encode(const NodeFailedNotice& m) {
 }
 
 std::string Encode(const KeyInit& m) {
-  return Dump(json{{"name", m.name}, {"bytes", m.bytes}, {"dtype", m.dtype}, {"tensor_bytes", m.tensor_bytes}});
+  return Dump(json{{"name", m.name}, {"bytes", m.bytes}, {"dtype", m.dtype}, {"tensor_bytes", m.tensor_bytes},
+                    {"op", m.op}});
 }
 
 StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
@@ -173,9 +174,15 @@ StatusOr<NodeFailedNotice> DecodeNodeFailedNotice(const std::string& payload) {
 }
 
 StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
-  return Decode<KeyInit>(payload, "InitKey", [](Fields& f, KeyInit& m) {
-    f.String("name", &m.name).Int("bytes", &m.bytes).Int("dtype", &m.dtype).Int("tensor_bytes", &m.tensor_bytes);
+  auto m = Decode<KeyInit>(payload, "InitKey", [](Fields& f, KeyInit& m) {
+    f.String("name", &m.name).Int("bytes", &m.bytes).Int("dtype", &m.dtype).Int("tensor_bytes", &m.tensor_bytes)
+        .OptionalString("op", &m.op);  // absent: a sum
   });
+  if (m.ok() && m->op != kOpSum && m->op != kOpConcat) {
+    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected '{}' or '{}')", m->name, m->op,
+                                     kOpSum, kOpConcat));
+  }
+  return m;
 }
 
 }  // namespace byteps::protocol

@@ -48,12 +48,19 @@ struct NodeFailedNotice {
   std::string reason;  // "connection lost", "no heartbeat for 15 s", ...
 };
 
-// kInitKey payload: the tensor a partition belongs to, so servers can name it in errors.
+// What a server does with the pushes of a key's round.
+inline constexpr const char* kOpSum = "sum";        // adds them; every push carries the whole partition
+inline constexpr const char* kOpConcat = "concat";  // places each at its offset (the push's header arg):
+                                                    // allgather, and broadcast (only the root pushes bytes)
+
+// kInitKey payload: the tensor a partition belongs to, so servers can name it in errors, and
+// what the server does with its pushes.
 struct KeyInit {
   std::string name;
   uint64_t bytes = 0;      // bytes of this partition
   int dtype = 0;
   uint64_t tensor_bytes = 0;
+  std::string op = kOpSum;  // kOpSum or kOpConcat
 };
 
 std::string Encode(const RegisterRequest& m);

@@ -28,8 +28,7 @@ void Server::Shutdown() {
 
 StatusOr<int> Server::Listen(const std::string& host, int port) {
   auto p = transport_->Listen(host, port, this);
-  if (!p.ok()) return p.status().WithContext("server");
-  return p;
+  return p;  // an error names the address; the caller names the role (byteps server: ...)
 }
 
 SumEngine& Server::ShardFor(uint64_t key) {
@@ -107,10 +106,12 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       t.worker = static_cast<int>(c.tag);
       t.request_id = h.request_id;
       t.dtype = h.dtype;
+      t.offset = h.arg;
       t.conn = c.shared_from_this();
       if (b.discard) {  // OnHeader found no memory for the payload
-        t.failure = Unavailable(fmt::format("the server ({}) cannot allocate {} bytes for it: out of memory",
-                                            c.peer_name(), h.payload_len));
+        t.failure = Unavailable(fmt::format("this server cannot allocate {} bytes for the push from {}: out of "
+                                            "memory",
+                                            h.payload_len, c.peer_name()));
       }
       t.data = std::static_pointer_cast<uint8_t>(b.owner);
       t.bytes = b.size;

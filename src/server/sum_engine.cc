@@ -1,6 +1,9 @@
 #include "server/sum_engine.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
 #include <pthread.h>
 
 #include "common/logging.h"
@@ -77,11 +80,14 @@ void SumEngine::HandleInit(InitTask& t) {
     return;
   }
   if (ks.init.name == t.init.name && ks.init.bytes == t.init.bytes && ks.init.dtype == t.init.dtype &&
-      ks.init.tensor_bytes == t.init.tensor_bytes) {
+      ks.init.tensor_bytes == t.init.tensor_bytes && ks.init.op == t.init.op) {
     return;
   }
   std::string msg;
-  if (ks.init.name != t.init.name) {
+  if (ks.init.name == t.init.name && ks.init.op != t.init.op) {
+    msg = fmt::format("tensor '{}' (key {}) is a {} on worker {} but a {} on worker {} (use one name per operation)",
+                      t.init.name, t.key, ks.init.op, ks.init_worker, t.init.op, t.worker);
+  } else if (ks.init.name != t.init.name) {
     msg = fmt::format("declaration mismatch for key {}: worker {} declared tensor '{}' but worker {} declared "
                       "'{}' in the same position (tensors must be declared in the same order on every worker)",
                       t.key, ks.init_worker, ks.init.name, t.worker, t.init.name);
@@ -136,10 +142,15 @@ void SumEngine::HandlePush(PushTask& t) {
     ReplyError(t.conn, t.key, t.request_id, ks.error);
     return;
   }
-  if (t.bytes != ks.init.bytes || t.dtype != ks.init.dtype) {
+  const bool concat = ks.init.op == protocol::kOpConcat;
+  const bool fits = concat ? t.offset <= ks.init.bytes && t.bytes <= ks.init.bytes - t.offset
+                           : t.bytes == ks.init.bytes && t.offset == 0;
+  if (!fits || t.dtype != ks.init.dtype) {
     ReplyError(t.conn, t.key, t.request_id,
-               InvalidArgument(fmt::format("push of {} bytes (dtype code {}) for tensor '{}' key {}, declared as {}",
-                                           t.bytes, t.dtype, ks.init.name, t.key, DescribeDecl(ks.init))));
+               InvalidArgument(fmt::format("push of {} bytes at offset {} (dtype code {}) for tensor '{}' key {}, "
+                                           "declared as {}{}",
+                                           t.bytes, t.offset, t.dtype, ks.init.name, t.key, DescribeDecl(ks.init),
+                                           concat ? " (a concatenation)" : "")));
     return;
   }
   uint32_t& last = ks.last_round[t.worker];
@@ -162,7 +173,15 @@ void SumEngine::HandlePush(PushTask& t) {
     return;
   }
   last = t.round;
-  if (ks.pushed == 0) {
+  if (concat) {
+    // Each worker's part goes to its offset; the parts of one round tile the partition.
+    if (ks.pushed == 0) {
+      ks.accum = std::shared_ptr<uint8_t>(new uint8_t[std::max<size_t>(ks.init.bytes, 1)](),
+                                          std::default_delete<uint8_t[]>());
+    }
+    if (t.bytes > 0) std::memcpy(ks.accum.get() + t.offset, t.data.get(), t.bytes);
+    t.data.reset();
+  } else if (ks.pushed == 0) {
     ks.accum = std::move(t.data);  // the first push's buffer becomes the accumulator: no copy
   } else {
     auto dt = DataTypeFromCode(ks.init.dtype);

@@ -1,6 +1,8 @@
 // One summation shard: a thread that owns a set of keys outright (no per-key locks). Per key and
 // round it accumulates the pushes of all workers, then answers every waiting push-pull with the
 // round's sum from a completed-round buffer, while the next round accumulates in a fresh buffer.
+// A key declared with op "concat" (allgather, broadcast) places each push at its offset instead
+// of adding it: each worker pushes only its part of the partition (possibly nothing).
 // A push is identified by (worker, key, round): a duplicate never counts twice.
 // Threading: Post* from any thread; everything else on the shard's own thread.
 #pragma once
@@ -30,6 +32,7 @@ struct PushTask {
   std::shared_ptr<transport::Connection> conn;
   std::shared_ptr<uint8_t> data;
   size_t bytes = 0;
+  uint32_t offset = 0;  // concat keys: where in the partition these bytes go (the header's arg)
   // Not OK: the payload could not be received (no memory for it); the push fails with this,
   // named by its tensor, and counts for nothing.
   Status failure;

@@ -120,7 +120,8 @@ void Engine::StartPipeline() {
 }
 
 StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
-  if (r.bytes > 0 && (r.input == nullptr || r.output == nullptr)) {
+  const size_t contributed = r.op == ReduceOp::kConcat ? r.slice_bytes : r.bytes;
+  if ((contributed > 0 && r.input == nullptr) || (r.bytes > 0 && r.output == nullptr)) {
     return InvalidArgument(fmt::format("push_pull of '{}': null data pointer", r.name));
   }
   const size_t esize = DataTypeSize(r.dtype);
@@ -129,6 +130,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     return InvalidArgument(fmt::format("push_pull of '{}': {} bytes is not a whole number of {} elements", r.name,
                                        r.bytes, DataTypeName(r.dtype)));
   }
+  if (r.op == ReduceOp::kConcat) BYTEPS_RETURN_IF_ERROR(CheckConcat(r));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return Precondition("byteps has been shut down; call init() again");
@@ -160,6 +162,28 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   HandleId id = handles_->Add(op);
   loop_->Submit(std::move(op));
   return id;
+}
+
+Status Engine::CheckConcat(const TensorRequest& r) const {
+  const size_t esize = DataTypeSize(r.dtype);
+  if (r.slice_offset > r.bytes || r.slice_bytes > r.bytes - r.slice_offset || r.slice_offset % esize != 0 ||
+      r.slice_bytes % esize != 0) {
+    return InvalidArgument(fmt::format("allgather of '{}': a slice of {} bytes at offset {} does not fit {} bytes of {} "
+                                       "in whole elements",
+                                       r.name, r.slice_bytes, r.slice_offset, r.bytes, DataTypeName(r.dtype)));
+  }
+  if (r.average) return InvalidArgument(fmt::format("allgather of '{}': a concatenation has no average", r.name));
+  if (local_) {
+    return Precondition(fmt::format("allgather of '{}' through the servers needs one process per host "
+                                    "(BYTEPS_LOCAL_SIZE={} here)",
+                                    r.name, config_.local_size));
+  }
+  if (!links_ && (r.slice_offset != 0 || r.slice_bytes != r.bytes)) {
+    return InvalidArgument(fmt::format("allgather of '{}': the only worker's slice must be the whole {} bytes "
+                                       "(got {} at offset {})",
+                                       r.name, r.bytes, r.slice_bytes, r.slice_offset));
+  }
+  return Status::Ok();
 }
 
 StatusOr<bool> Engine::Poll(HandleId h) { return handles_->Poll(h); }

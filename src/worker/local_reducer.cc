@@ -136,8 +136,13 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       if (is_root()) {
         int rank = static_cast<int>(h.sender);
         if (rank < 0 || rank >= options_.local_size - 1 || peers_.count(rank)) {
-          BYTEPS_LOG(Error, "refusing local rank {} (BYTEPS_LOCAL_SIZE={}, duplicate or out of range)", rank,
-                     options_.local_size);
+          const std::string why = fmt::format(
+              "refusing local rank {} (BYTEPS_LOCAL_SIZE={}: {}); every process of a host needs its own "
+              "BYTEPS_LOCAL_RANK below the local root's",
+              rank, options_.local_size, peers_.count(rank) ? "another process has that rank" : "out of range");
+          BYTEPS_LOG(Error, "{}", why);
+          // The refused process learns why at once, instead of waiting out BYTEPS_START_TIMEOUT.
+          (void)c.SendCopy(protocol::ErrorHeader(Opcode::kJobError, StatusCode::kPrecondition), why);
           return;
         }
         Peer& p = peers_[rank];

@@ -1,5 +1,7 @@
 #include "worker/partition_task.h"
 
+#include <algorithm>
+
 namespace byteps::worker {
 
 std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const TensorPlan& plan,
@@ -19,8 +21,20 @@ std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const Ten
     t.server = pp.server;
     t.offset = pp.range.offset;
     t.len = pp.range.length;
-    t.src = static_cast<const uint8_t*>(request.input) + pp.range.offset;
     t.dst = static_cast<uint8_t*>(request.output) + pp.range.offset;
+    if (request.op == ReduceOp::kSum) {
+      t.src = static_cast<const uint8_t*>(request.input) + pp.range.offset;
+      t.push_len = t.len;
+      continue;
+    }
+    // A concatenation: this worker's slice [slice_offset, +slice_bytes) within this partition.
+    const size_t lo = std::max(t.offset, request.slice_offset);
+    const size_t hi = std::min(t.offset + t.len, request.slice_offset + request.slice_bytes);
+    if (lo < hi) {
+      t.src = static_cast<const uint8_t*>(request.input) + (lo - request.slice_offset);
+      t.push_len = hi - lo;
+      t.push_offset = lo - t.offset;
+    }
   }
   return op;
 }

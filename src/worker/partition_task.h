@@ -33,6 +33,10 @@ struct PartitionTask {
   uint32_t round = 0;  // the tensor's round (1-based), assigned when the operation is submitted
   size_t offset = 0;   // bytes from the tensor start
   size_t len = 0;
+  // What this worker pushes: len bytes at src for a sum; for a concatenation its part of the
+  // partition (push_len bytes at src, possibly none) and where in the partition they go.
+  size_t push_len = 0;
+  size_t push_offset = 0;
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
   // Dispatcher bookkeeping (dispatcher thread only).

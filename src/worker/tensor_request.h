@@ -14,6 +14,12 @@ namespace byteps::worker {
 // pipeline gains its copy stages from it.
 enum class Device : uint8_t { kCpu = 0 };
 
+// What the servers make of the workers' tensors.
+enum class ReduceOp : uint8_t {
+  kSum = 0,     // the element-wise sum (push_pull)
+  kConcat = 1,  // each worker's slice placed at its offset (allgather; broadcast: only the root's)
+};
+
 struct TensorRequest {
   std::string name;  // the core name ("byteps.<user name>" from the plugins)
   const void* input = nullptr;
@@ -23,6 +29,11 @@ struct TensorRequest {
   bool average = false;  // divide the sum by size()
   int priority = 0;      // higher goes first
   Device device = Device::kCpu;
+  // kConcat: `output` receives all `bytes`; this worker contributes `slice_bytes` from `input`,
+  // which belong at `slice_offset` of the output (the slices of all workers tile it).
+  ReduceOp op = ReduceOp::kSum;
+  size_t slice_offset = 0;
+  size_t slice_bytes = 0;
 };
 
 using HandleId = int64_t;

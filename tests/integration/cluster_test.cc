@@ -245,6 +245,74 @@ TEST(ClusterTest, TensorReusedWithOtherSizeOnOneWorkerIsRejected) {
   EXPECT_TRUE(h.ShutdownAll().ok());
 }
 
+// Allgather through the servers (op "concat"): each worker pushes only its slice, of a different
+// size on each worker and spanning partition boundaries; every worker gets the concatenation in
+// rank order, round after round. A broadcast is the same with only the root's slice.
+TEST(ClusterTest, AllgatherAndBroadcastConcatenateOnTheServers) {
+  HarnessOptions o;
+  o.num_workers = 3;
+  o.num_servers = 2;
+  o.partition_bytes = 64 * 1024;  // slices straddle partitions
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.StartWorkers().ok());
+  const int n = o.num_workers;
+  std::vector<size_t> rows = {10007, 0, 30011};  // worker 1 contributes nothing
+  size_t total = 0;
+  for (size_t r : rows) total += r;
+  auto value = [](int w, size_t i, int round) { return static_cast<int64_t>(w) * 1000003 + static_cast<int64_t>(i) + round; };
+  std::vector<std::future<void>> fs;
+  for (int w = 0; w < n; ++w) {
+    fs.push_back(std::async(std::launch::async, [&, w] {
+      worker::Engine& e = h.worker(w);
+      size_t offset = 0;
+      for (int v = 0; v < w; ++v) offset += rows[v];
+      for (int round = 0; round < 3; ++round) {
+        std::vector<int64_t> mine(rows[w]), out(total, -1);
+        for (size_t i = 0; i < mine.size(); ++i) mine[i] = value(w, i, round);
+        worker::TensorRequest r;
+        r.name = "gather";
+        r.input = mine.data();
+        r.output = out.data();
+        r.bytes = total * 8;
+        r.dtype = DataType::kInt64;
+        r.op = worker::ReduceOp::kConcat;
+        r.slice_offset = offset * 8;
+        r.slice_bytes = rows[w] * 8;
+        auto hd = e.Enqueue(r);
+        ASSERT_TRUE(hd.ok()) << hd.status().ToString();
+        ASSERT_TRUE(e.Wait(hd.value(), 20).ok());
+        e.Release(hd.value());
+        size_t at = 0;
+        for (int v = 0; v < n; ++v)
+          for (size_t i = 0; i < rows[v]; ++i, ++at) ASSERT_EQ(out[at], value(v, i, round)) << "worker " << w << " at " << at;
+        // Broadcast from worker 2 in place: the others' buffers start as garbage.
+        std::vector<int64_t> b(50000, w == 2 ? 7 + round : -99);
+        worker::TensorRequest br;
+        br.name = "bcast";
+        br.input = br.output = b.data();
+        br.bytes = b.size() * 8;
+        br.dtype = DataType::kInt64;
+        br.op = worker::ReduceOp::kConcat;
+        br.slice_bytes = w == 2 ? br.bytes : 0;
+        auto hb = e.Enqueue(br);
+        ASSERT_TRUE(hb.ok()) << hb.status().ToString();
+        ASSERT_TRUE(e.Wait(hb.value(), 20).ok());
+        e.Release(hb.value());
+        for (int64_t x : b) ASSERT_EQ(x, 7 + round) << "worker " << w;
+      }
+      // A name keeps its operation: "gather" used for a sum is refused, naming it.
+      std::vector<int64_t> s(total, 1);
+      worker::TensorRequest sr{"gather", s.data(), s.data(), total * 8, DataType::kInt64, false, 0};
+      auto hs = e.Enqueue(sr);
+      Status st = hs.ok() ? e.Wait(hs.value(), 20) : hs.status();
+      EXPECT_FALSE(st.ok());
+      EXPECT_NE(st.message().find("'gather' was first used for a concatenation"), std::string::npos) << st.ToString();
+    }));
+  }
+  for (auto& f : fs) f.get();
+  EXPECT_TRUE(h.ShutdownAll().ok());
+}
+
 // Reconnect-and-resend: data connections reset mid-run (by a relay between workers and servers)
 // are re-established and the partitions in flight re-sent; every sum stays exact.
 TEST(ClusterFaultTest, DataConnectionResetsKeepSumsExact) {

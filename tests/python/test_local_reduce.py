@@ -90,3 +90,16 @@ def test_local_rank_missing_fails_with_clear_error(run_job):
     r = run_job(1, 1, script, env=env, timeout=30)
     assert r.returncode != 0
     assert "cannot reach its local root" in r.output, r.output
+
+
+def test_a_duplicate_local_rank_is_refused_at_once_with_the_reason(run_job):
+    env = {"BPS_LOCAL": "3", "BPS_CHILD": CHILD, "BYTEPS_START_TIMEOUT": "30"}
+    # three processes for BYTEPS_LOCAL_SIZE=2: local ranks 0, 0 and 1 (the root)
+    script = SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
+        '"BYTEPS_LOCAL_RANK": str(i)', '"BYTEPS_LOCAL_RANK": str(max(0, i - 1))')
+    r = run_job(1, 1, script, env=env, timeout=60)
+    assert r.returncode != 0, r.output
+    assert "refusing local rank 0 (BYTEPS_LOCAL_SIZE=2: another process has that rank)" in r.output, r.output
+    # the refused process says so itself, long before BYTEPS_START_TIMEOUT
+    assert "the local root (local rank 1) failed: refusing local rank 0" in r.output, r.output
+    assert r.elapsed < 25, r

@@ -158,8 +158,12 @@ def test_failed_creation_leaves_nothing(testbeds, monkeypatch):
     assert first.run(0, ["true"], timeout=STEP_TIMEOUT).returncode == 0
 
 
+# A program that creates a testbed and waits. SIGINT gets Python's usual handler even where the
+# test runner was started in the background (a non-interactive shell starts background jobs with
+# SIGINT ignored, which every child inherits: the creator then never saw the signal).
 CREATOR = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, sys.argv[2])
     from tools.testbed import Testbed
     tb = Testbed(2, rate_mbit=None, prefix=sys.argv[1])

@@ -96,7 +96,7 @@ TEST(FrameTest, LittleEndianLayoutMatchesHandWrittenBytes) {
   h.arg = 0x41424344;
   const std::vector<uint8_t> expected = {
       'B',  'P',  'S',  '1',                           // magic
-      0x03,                                            // version
+      0x04,                                            // version
       18,                                              // opcode kPushPull
       0x07,                                            // dtype
       0x00,                                            // reserved

@@ -53,15 +53,13 @@ def broadcast_parameters(params, root_rank, prefix="Parameter."):
             if p.numel() > 0 and p.device.type == "cpu":
                 alias = (p.data_ptr(), p.dtype, tuple(p.shape), p.stride())
                 if alias in seen:
-                    continue  # summing it in place twice would double the root's value
+                    continue  # tied weights: one broadcast fills both
                 seen.add(alias)
             buf = p.view(torch.uint8) if p.dtype == torch.bool else p
             if not buf.is_contiguous() and buf.device.type == "cpu":
                 buf = buf.contiguous()  # a copy, written back below
-            ops.check_tensor(buf)  # before zeroing it
-            if not is_root:
-                buf.zero_()
-            handle = ops.push_pull_async_inplace(buf, average=False, name=None if name is None else prefix + name)
+            # The servers forward the root's bytes (the other ranks send none).
+            handle = ops.broadcast_async_inplace(buf, root_rank, name=None if name is None else prefix + name)
             started.append((p, buf, handle))
     for p, buf, handle in started:
         ops.synchronize(handle)

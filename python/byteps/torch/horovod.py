@@ -21,6 +21,7 @@ order (``allreduce.noname.<i>``), which every worker must make in the same order
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from typing import Optional
 
@@ -29,6 +30,7 @@ import torch
 from .. import _basics
 from .._basics import rank, size
 from .compression import Compression
+from . import ops
 from .ops import push_pull_async, push_pull_async_inplace
 
 __all__ = [
@@ -140,9 +142,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
     """Starts replacing ``tensor`` by ``root_rank``'s, in place; returns a handle."""
     _no_process_set(kwargs, "broadcast_async_")
     _check_root(root_rank, "broadcast")
-    if rank() != root_rank:
-        tensor.zero_()
-    return push_pull_async_inplace(tensor, average=False, name=_name("broadcast", name))
+    return ops.broadcast_async_inplace(tensor, root_rank, name=_name("broadcast", name))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None, **kwargs) -> int:
@@ -181,11 +181,13 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, **kwargs) -> tor
         raise ValueError(f"allgather of '{base}': only the first dimension may differ between workers; their other "
                          f"dimensions are {dict(enumerate(shapes))}")
     counts = [int(x) for x in meta[:size()]]
-    offset = sum(counts[:rank()])
-    out = torch.zeros((sum(counts), *t.shape[1:]), dtype=t.dtype)
-    out[offset:offset + counts[rank()]] = t
-    # A name keeps its size in the core: the total length is part of the data's name.
-    return synchronize(push_pull_async_inplace(out, average=False, name=f"{base}.data.{sum(counts)}"))
+    out = torch.empty((sum(counts), *t.shape[1:]), dtype=t.dtype)
+    row_bytes = math.prod(t.shape[1:]) * t.element_size()
+    # The servers concatenate: each worker sends only its rows. A name keeps its size in the core:
+    # the total length is part of the data's name.
+    handle = ops.allgather_async_into(t.contiguous(), out, sum(counts[:rank()]) * row_bytes,
+                                      name=f"{base}.data.{sum(counts)}")
+    return synchronize(handle)
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None, **kwargs):

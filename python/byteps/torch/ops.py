@@ -98,6 +98,26 @@ def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool,
                          tensor, output)
 
 
+def broadcast_async_inplace(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                            priority: int = 0) -> int:
+    """Starts replacing ``tensor`` by ``root_rank``'s, in place (the servers forward the root's
+    bytes; the other ranks send none); returns a handle for :func:`synchronize`."""
+    code = check_tensor(tensor)
+    return _basics.start_broadcast(name, tensor.data_ptr(), _nbytes(tensor), code, root_rank, priority, tensor)
+
+
+def allgather_async_into(tensor: torch.Tensor, output: torch.Tensor, offset_bytes: int, name: Optional[str] = None,
+                         priority: int = 0) -> int:
+    """Starts an allgather in which ``tensor``'s bytes land at ``offset_bytes`` of ``output`` on
+    every worker, next to the other workers' (the servers concatenate); returns a handle for
+    :func:`synchronize`, which returns ``output``."""
+    code = check_tensor(tensor)
+    if check_tensor(output) != code:
+        raise TypeError(f"allgather: output dtype {output.dtype} differs from the input's {tensor.dtype}")
+    return _basics.start_allgather(name, tensor.data_ptr(), _nbytes(tensor), output.data_ptr(), _nbytes(output),
+                                   offset_bytes, code, priority, tensor, output)
+
+
 def declare(name: str) -> int:
     """Declares tensor ``name`` (in the same order on every worker) and returns its key.
 

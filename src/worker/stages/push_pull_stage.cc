@@ -17,12 +17,13 @@ using protocol::Opcode;
 PushPullStage::PushPullStage(StageSink* sink, DataPlane* plane, int host_rank, int size)
     : Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size) {}
 
-OutFrame PushPullStage::InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p) const {
+OutFrame PushPullStage::InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p, ReduceOp op) const {
   protocol::KeyInit ki;
   ki.name = plan.name;
   ki.bytes = p.range.length;
   ki.dtype = static_cast<int>(plan.dtype);
   ki.tensor_bytes = plan.bytes;
+  ki.op = op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::kOpSum;
   OutFrame f;
   f.header.opcode = Opcode::kInitKey;
   f.header.key = p.key;
@@ -40,9 +41,10 @@ OutFrame PushPullStage::PushFrame(const PartitionTask& t) const {
   f.header.request_id = t.id;
   f.header.sender = static_cast<uint32_t>(host_rank_);
   f.header.dtype = static_cast<uint8_t>(t.op->request.dtype);
-  f.header.payload_len = t.len;
+  f.header.payload_len = t.push_len;
+  f.header.arg = static_cast<uint32_t>(t.push_offset);
   f.data = t.src;
-  f.len = t.len;
+  f.len = t.push_len;
   return f;
 }
 
@@ -52,11 +54,18 @@ void PushPullStage::Start(PartitionTask* t) {
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const ReduceOp op = t->op->request.op;
+    auto [a, added] = announced_.emplace(plan.declared_key, Announced{&plan, op});
     if (auto p = poisoned_.find(plan.declared_key); p != poisoned_.end()) {
       refused = p->second;
+    } else if (a->second.op != op) {
+      refused = InvalidArgument(fmt::format("tensor '{}' was first used for {} and now for {}; use one name per "
+                                            "operation",
+                                            plan.name, a->second.op == ReduceOp::kSum ? "a sum" : "a concatenation",
+                                            op == ReduceOp::kSum ? "a sum" : "a concatenation"));
     } else {
-      if (announced_.emplace(plan.declared_key, &plan).second) {
-        for (const PartitionPlan& p : plan.partitions) declare.push_back(InitKeyFrame(plan, p));
+      if (added) {
+        for (const PartitionPlan& p : plan.partitions) declare.push_back(InitKeyFrame(plan, p, op));
       }
       in_flight_.emplace(t->id, InFlight{t, nullptr, Status()});
     }
@@ -181,9 +190,9 @@ std::vector<OutFrame> PushPullStage::CollectResend(int server, size_t index) {
   std::vector<const PartitionTask*> out;
   std::lock_guard<std::mutex> lock(mu_);
   // Declarations first (the server keeps them; a lost InitKey is sent again, duplicates are no-ops)...
-  for (const auto& [dk, plan] : announced_)
-    for (const PartitionPlan& p : plan->partitions)
-      if (p.server == server && plane_->ConnIndex(server, p.key) == index) frames.push_back(InitKeyFrame(*plan, p));
+  for (const auto& [dk, a] : announced_)
+    for (const PartitionPlan& p : a.plan->partitions)
+      if (p.server == server && plane_->ConnIndex(server, p.key) == index) frames.push_back(InitKeyFrame(*a.plan, p, a.op));
   // ...then every partition that was out on the lost connection, oldest first.
   for (const auto& [id, f] : in_flight_)
     if (f.task->server == server && plane_->ConnIndex(server, f.task->key) == index) out.push_back(f.task);

@@ -49,7 +49,7 @@ class PushPullStage : public Stage, public DataClient {
     const transport::Connection* receiving_on = nullptr;  // the transport writes into task->dst
     Status deferred;  // a failure that waits for receiving_on to clear
   };
-  OutFrame InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p) const;
+  OutFrame InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p, ReduceOp op) const;
   OutFrame PushFrame(const PartitionTask& t) const;
   // Removes the matching in-flight tasks and returns those that may complete now (under mu_).
   template <typename Match>
@@ -62,7 +62,11 @@ class PushPullStage : public Stage, public DataClient {
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, InFlight> in_flight_;            // by task id (= request id)
-  std::unordered_map<uint32_t, const TensorPlan*> announced_;   // by declared key
+  struct Announced {
+    const TensorPlan* plan;
+    ReduceOp op;  // a name keeps the operation it was first used with
+  };
+  std::unordered_map<uint32_t, Announced> announced_;  // by declared key
   std::unordered_map<uint32_t, Status> poisoned_;               // declared key -> the server's error
 };
 

@@ -134,7 +134,7 @@ TEST(FrameTest, RejectionsNameTheField) {
   bytes = Encode(Header{});
   bytes[4] = 7;
   ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
-                      "unsupported wire version 7 (this build speaks 3)");
+                      "unsupported wire version 7 (this build speaks 4)");
 
   for (int op : {0, 10, 15, 25, 200, 255}) {
     bytes = Encode(Header{});

@@ -92,8 +92,24 @@ def test_local_rank_missing_fails_with_clear_error(run_job):
     assert "cannot reach its local root" in r.output, r.output
 
 
+# The duplicate test's child: the refused process leaves a flag file; the accepted ones wait for it
+# (bounded) before they shut down.  Without the wait the accepted pair could finish the whole job
+# before the third process even connected, and that one would then find no local root at all (CI
+# saw it wait out BYTEPS_START_TIMEOUT): a different case from the one under test.
+DUPLICATE_CHILD = CHILD.replace("bps.init()", """import time
+flag = os.path.join(os.path.dirname(os.path.abspath(__file__)), "refused")
+try:
+    bps.init()
+except Exception:
+    open(flag, "w").close()
+    raise""", 1).replace("bps.shutdown()", """deadline = time.monotonic() + 20
+while not os.path.exists(flag) and time.monotonic() < deadline:
+    time.sleep(0.02)
+bps.shutdown()""")
+
+
 def test_a_duplicate_local_rank_is_refused_at_once_with_the_reason(run_job):
-    env = {"BPS_LOCAL": "3", "BPS_CHILD": CHILD, "BYTEPS_START_TIMEOUT": "30"}
+    env = {"BPS_LOCAL": "3", "BPS_CHILD": DUPLICATE_CHILD, "BYTEPS_START_TIMEOUT": "30"}
     # three processes for BYTEPS_LOCAL_SIZE=2: local ranks 0, 0 and 1 (the root)
     script = SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
         '"BYTEPS_LOCAL_RANK": str(i)', '"BYTEPS_LOCAL_RANK": str(max(0, i - 1))')

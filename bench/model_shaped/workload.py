@@ -3,7 +3,7 @@
 Run as every worker of a job (bpsrun, bpslaunch or the testbed's launcher)::
 
     python3 -m bench.model_shaped.workload --model vgg16|resnet50 \\
-        --mode byteps|byteps-nopriority|ddp|byteps-optimizer|ddp-torch \\
+        --mode byteps|byteps-nopriority|ddp|byteps-optimizer|byteps-cross-barrier|ddp-torch \\
         --iters N --warmup W --link-gbit 1.0 [--time-scale S] [--shrink K] [--credit C]
 
 Every worker holds float32 gradient tensors with the model's names and shapes (parameters of
@@ -40,6 +40,9 @@ Modes (README.md, "Method"):
   autograd functions that sleep the layer times drives the real
   ``byteps.torch.DistributedOptimizer`` (its hooks; ``step()`` waits for every gradient
   before the next forward) or the real ``torch.nn.parallel.DistributedDataParallel``.
+* ``byteps-cross-barrier``: the same chain with the real ``byteps.torch.cross_barrier.CrossBarrier``:
+  ``step()`` returns at once, and before each layer's forward the pre-hooks of the modules
+  holding its parameters wait for their updates (what ``nn.Module.__call__`` would run).
 
 Rank 0 prints each timed iteration and a final ``RESULT {...}`` JSON line: img_per_sec
 (= 64 x workers / mean iteration time, measured here), img_per_sec_v100 (the same in the time
@@ -73,7 +76,7 @@ from . import profiles
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = profiles.BATCH
-MODES = ("byteps", "byteps-nopriority", "ddp", "byteps-optimizer", "ddp-torch")
+MODES = ("byteps", "byteps-nopriority", "ddp", "byteps-optimizer", "byteps-cross-barrier", "ddp-torch")
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP's bucket_cap_mb default
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 
@@ -344,13 +347,31 @@ class _LayerFn(torch.autograd.Function):
 
 
 class ReplayNet(nn.Module):
-    def __init__(self, replay: Replay, stream: Stream) -> None:
+    """The layers' chain; with ``pre_hooks``, each layer first runs the forward pre-hooks of the
+    dummy modules that hold its parameters (CrossBarrier's waits for their updates)."""
+
+    def __init__(self, replay: Replay, stream: Stream, pre_hooks: bool = False) -> None:
         super().__init__()
         self.inner = replay.module
         self.replay, self.stream = replay, stream
+        self.owners = [[] for _ in replay.layers]
+        if pre_hooks:
+            owner_of = {id(p): m for m in replay.module.modules() for p in m.parameters(recurse=False)}
+            for layer, owners in zip(replay.layers, self.owners):
+                for i in layer.tensors:
+                    m = owner_of[id(replay.params[i])]
+                    if all(m is not o for o in owners):
+                        owners.append(m)
 
     def forward(self, x):
-        for layer in self.replay.layers:
+        for layer, owners in zip(self.replay.layers, self.owners):
+            if owners:
+                start = time.perf_counter()
+                for m in owners:
+                    for hook in m._forward_pre_hooks.values():
+                        hook(m, (x,))
+                if time.perf_counter() - start > 1e-4:  # it really waited: the stream sat idle
+                    self.stream.waited()
             x = _LayerFn.apply(x, self.stream, layer, *[self.replay.params[i] for i in layer.tensors])
         return x
 
@@ -365,6 +386,16 @@ class _NullOptimizer(torch.optim.Optimizer):
         del closure
 
 
+class _NullSGD(torch.optim.SGD):
+    """An SGD (CrossBarrier takes SGD, Adam or RMSprop only) that applies nothing."""
+
+    def __init__(self, params) -> None:
+        super().__init__(params, lr=0.0)
+
+    def step(self, closure=None):
+        del closure
+
+
 class AutogradRunner:
     """One iteration through autograd with the real DistributedOptimizer or DDP."""
 
@@ -372,7 +403,7 @@ class AutogradRunner:
         self.replay, self.stream, self.mode = replay, stream, mode
         for p in replay.params:
             p.grad = torch.zeros_like(p)
-        net = ReplayNet(replay, stream)
+        net = ReplayNet(replay, stream, pre_hooks=mode == "byteps-cross-barrier")
         if mode == "ddp-torch":
             import torch.distributed as dist  # noqa: PLC0415
 
@@ -383,8 +414,14 @@ class AutogradRunner:
             import byteps.torch as bps  # noqa: PLC0415
 
             self.bps, self.net = bps, net
-            self.optimizer = bps.DistributedOptimizer(_NullOptimizer(replay.module.parameters()),
-                                                      named_parameters=replay.module.named_parameters())
+            if mode == "byteps-cross-barrier":
+                from byteps.torch.cross_barrier import CrossBarrier  # noqa: PLC0415
+
+                self.optimizer = CrossBarrier(replay.module, _NullSGD(replay.module.parameters()),
+                                              named_parameters=replay.module.named_parameters())
+            else:
+                self.optimizer = bps.DistributedOptimizer(_NullOptimizer(replay.module.parameters()),
+                                                          named_parameters=replay.module.named_parameters())
         self.x = torch.zeros(())
 
     def barrier(self, name: str) -> None:
@@ -396,13 +433,15 @@ class AutogradRunner:
     def iteration(self) -> None:
         out = self.net(self.x)
         out.backward()  # ddp-torch: waits for every bucket at its end
-        self.optimizer.step()  # byteps-optimizer: waits for every gradient
+        self.optimizer.step()  # byteps-optimizer: waits for every gradient; cross-barrier: returns
         self.stream.waited()
 
     def finish(self) -> None:
         if self.mode == "ddp-torch":
             _benchmark().finish_gloo()
         else:
+            if self.mode == "byteps-cross-barrier":
+                self.optimizer.stop()  # the last updates, before the core goes
             self.bps.shutdown()
 
 

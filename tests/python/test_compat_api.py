@@ -54,7 +54,7 @@ def test_get_pushpull_speed_samples_completed_bytes_per_10_s_window(standalone):
 
 
 CROSS = r"""
-import sys, warnings
+import sys
 import torch
 import byteps.torch as bps
 from byteps.torch.cross_barrier import CrossBarrier
@@ -62,32 +62,43 @@ from byteps.torch.cross_barrier import CrossBarrier
 bps.init()
 r = bps.rank()
 
-def train(make, prefix, opt_cls, **opt_kw):
+def train(make, prefix, opt_cls, finish=None, **opt_kw):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     opt = make(model, opt_cls(model.parameters(), **opt_kw),
                [(prefix + n, p) for n, p in model.named_parameters()])
     g = torch.Generator().manual_seed(100 + r)
+    overlapped = []
     for step in range(5):
         x = torch.randn(32, 8, generator=g)
         y = x.sum(dim=1, keepdim=True)
         opt.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
-    return torch.cat([p.detach().ravel() for p in model.parameters()])
+        overlapped.append(getattr(opt, "_overlap", False))
+    if finish:
+        finish(opt)  # CrossBarrier: the last updates may still be in flight
+    return torch.cat([p.detach().ravel() for p in model.parameters()]), overlapped
 
 fails = []
 for opt_cls, kw in ((torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}), (torch.optim.Adam, {"lr": 0.01}),
-                    (torch.optim.RMSprop, {"lr": 0.01})):
-    tag = opt_cls.__name__
-    plain = train(lambda m, o, n: bps.DistributedOptimizer(o, named_parameters=n), f"plain.{tag}.", opt_cls, **kw)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        cross = train(lambda m, o, n: CrossBarrier(m, o, named_parameters=n), f"cross.{tag}.", opt_cls, **kw)
-    if not torch.allclose(plain, cross, rtol=1e-5, atol=1e-6):
-        fails.append(f"{tag}: CrossBarrier differs by {float((plain - cross).abs().max())}")
-    if not any("overlap across the iteration barrier is not built" in str(w.message) for w in seen):
-        fails.append(f"{tag}: no warning")
+                    (torch.optim.RMSprop, {"lr": 0.01}), (torch.optim.SGD, {"lr": 0.05, "weight_decay": 0.1,
+                                                                             "nesterov": True, "momentum": 0.5})):
+    tag = opt_cls.__name__ + str(len(kw))
+    plain, _ = train(lambda m, o, n: bps.DistributedOptimizer(o, named_parameters=n), f"plain.{tag}.", opt_cls, **kw)
+    # num_steps reached at the last step: it waits and stops overlapping by itself
+    ended, flags = train(lambda m, o, n: CrossBarrier(m, o, named_parameters=n, num_steps=5), f"ended.{tag}.",
+                         opt_cls, **kw)
+    if flags != [True] * 4 + [False]:
+        fails.append(f"{tag}: overlap flags {flags} with num_steps=5")
+    # still overlapping: synchronize() waits for the updates in flight
+    synced, flags = train(lambda m, o, n: CrossBarrier(m, o, named_parameters=n), f"synced.{tag}.", opt_cls,
+                          finish=lambda o: o.synchronize(), **kw)
+    if flags != [True] * 5:
+        fails.append(f"{tag}: overlap flags {flags}")
+    for what, got in (("num_steps", ended), ("synchronize", synced)):
+        if not torch.allclose(plain, got, rtol=1e-5, atol=1e-6):
+            fails.append(f"{tag} ({what}): CrossBarrier differs by {float((plain - got).abs().max())}")
 try:
     CrossBarrier(torch.nn.Linear(2, 2), torch.optim.Adagrad(torch.nn.Linear(2, 2).parameters()))
     fails.append("Adagrad accepted")

@@ -1,0 +1,173 @@
+// The cuda backend, over the CUDA runtime API. Compiled only when CMake found the CUDA toolkit
+// (BYTEPS_HAVE_CUDA); otherwise OpenCuda says how to get it. Every call sets the device first, so
+// it may come from any thread. OnDone uses cudaLaunchHostFunc: the callback runs on CUDA's own
+// thread and must not call CUDA itself (ours only hand work to the dispatcher).
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "device/backends.h"
+
+#ifdef BYTEPS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace byteps::device {
+
+#ifndef BYTEPS_HAVE_CUDA
+
+bool CudaBuilt() { return false; }
+
+StatusOr<std::shared_ptr<Device>> OpenCuda(int index) {
+  return Precondition(fmt::format(
+      "cuda:{}: this byteps was built without CUDA: rebuild with the CUDA toolkit installed (CMake looks for it "
+      "with find_package(CUDAToolkit), e.g. under /usr/local/cuda; set CUDAToolkit_ROOT otherwise)",
+      index));
+}
+
+#else
+
+bool CudaBuilt() { return true; }
+
+namespace {
+
+Status CudaError(cudaError_t err, int index, const char* what) {
+  return Unavailable(fmt::format("cuda:{}: {} failed: {} ({})", index, what, cudaGetErrorString(err),
+                                 cudaGetErrorName(err)));
+}
+
+#define BYTEPS_CUDA_CHECK(expr, what)                             \
+  do {                                                            \
+    cudaError_t err_ = (expr);                                    \
+    if (err_ != cudaSuccess) return CudaError(err_, index_, what); \
+  } while (0)
+
+cudaMemcpyKind ToCuda(CopyKind k) {
+  switch (k) {
+    case CopyKind::kDeviceToHost:
+      return cudaMemcpyDeviceToHost;
+    case CopyKind::kHostToDevice:
+      return cudaMemcpyHostToDevice;
+    case CopyKind::kDeviceToDevice:
+      return cudaMemcpyDeviceToDevice;
+  }
+  return cudaMemcpyDefault;
+}
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int index) : index_(index) {}
+  Kind kind() const override { return Kind::kCuda; }
+  int index() const override { return index_; }
+
+  StatusOr<void*> AllocHost(size_t bytes) override {
+    BYTEPS_RETURN_IF_ERROR(Use());
+    void* p = nullptr;
+    BYTEPS_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
+    return p;
+  }
+  void FreeHost(void* p) override {
+    if (p) (void)cudaFreeHost(p);
+  }
+  StatusOr<void*> AllocDevice(size_t bytes) override {
+    BYTEPS_RETURN_IF_ERROR(Use());
+    void* p = nullptr;
+    BYTEPS_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
+    return p;
+  }
+  void FreeDevice(void* p) override {
+    if (p && Use().ok()) (void)cudaFree(p);
+  }
+  StatusOr<StreamHandle> CreateStream() override {
+    BYTEPS_RETURN_IF_ERROR(Use());
+    cudaStream_t s = nullptr;
+    BYTEPS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return static_cast<StreamHandle>(s);
+  }
+  void DestroyStream(StreamHandle s) override {
+    if (s && Use().ok()) (void)cudaStreamDestroy(static_cast<cudaStream_t>(s));
+  }
+  Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, StreamHandle s) override {
+    if (bytes == 0) return Status::Ok();
+    BYTEPS_RETURN_IF_ERROR(Use());
+    BYTEPS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, ToCuda(kind), static_cast<cudaStream_t>(s)),
+                      "cudaMemcpyAsync");
+    return Status::Ok();
+  }
+  StatusOr<EventHandle> RecordEvent(StreamHandle s) override {
+    BYTEPS_RETURN_IF_ERROR(Use());
+    cudaEvent_t e = nullptr;
+    BYTEPS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cudaError_t err = cudaEventRecord(e, static_cast<cudaStream_t>(s));
+    if (err != cudaSuccess) {
+      (void)cudaEventDestroy(e);
+      return CudaError(err, index_, "cudaEventRecord");
+    }
+    return static_cast<EventHandle>(e);
+  }
+  StatusOr<bool> QueryEvent(EventHandle e) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) return false;
+    return CudaError(err, index_, "cudaEventQuery");
+  }
+  Status StreamWaitEvent(StreamHandle s, EventHandle e) override {
+    BYTEPS_RETURN_IF_ERROR(Use());
+    BYTEPS_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0),
+                      "cudaStreamWaitEvent");
+    return Status::Ok();
+  }
+  void DestroyEvent(EventHandle e) override {
+    if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));  // deferred by CUDA while a wait is queued
+  }
+  Status OnDone(StreamHandle s, std::function<void(Status)> done) override {
+    BYTEPS_RETURN_IF_ERROR(Use());
+    auto* fn = new std::function<void(Status)>(std::move(done));
+    cudaError_t err = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), &CudaDevice::RunHost, fn);
+    if (err != cudaSuccess) {
+      delete fn;
+      return CudaError(err, index_, "cudaLaunchHostFunc");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  static void CUDART_CB RunHost(void* arg) {
+    std::unique_ptr<std::function<void(Status)>> fn(static_cast<std::function<void(Status)>*>(arg));
+    // A host function runs only when the work before it succeeded; a failed stream never calls it,
+    // and the next CUDA call on it reports the error (sticky), which fails the pipeline's task.
+    (*fn)(Status::Ok());
+  }
+  Status Use() {
+    BYTEPS_CUDA_CHECK(cudaSetDevice(index_), "cudaSetDevice");
+    return Status::Ok();
+  }
+  const int index_;
+};
+
+}  // namespace
+
+StatusOr<std::shared_ptr<Device>> OpenCuda(int index) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    return Unavailable(fmt::format("cuda:{}: no usable GPU: cudaGetDeviceCount failed: {} ({})", index,
+                                   cudaGetErrorString(err), cudaGetErrorName(err)));
+  }
+  if (index >= count) {
+    return InvalidArgument(fmt::format("cuda:{}: no such GPU ({} visible; CUDA_VISIBLE_DEVICES selects them)", index,
+                                       count));
+  }
+  static std::mutex mu;
+  static std::vector<std::shared_ptr<Device>> devices;
+  std::lock_guard<std::mutex> lock(mu);
+  if (devices.size() < static_cast<size_t>(count)) devices.resize(count);
+  if (!devices[index]) devices[index] = std::make_shared<CudaDevice>(index);
+  return devices[index];
+}
+
+#endif  // BYTEPS_HAVE_CUDA
+
+}  // namespace byteps::device

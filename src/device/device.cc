@@ -1,0 +1,62 @@
+#include "device/device.h"
+
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "device/backends.h"
+
+namespace byteps::device {
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kCpu:
+      return "cpu";
+    case Kind::kCuda:
+      return "cuda";
+    case Kind::kFake:
+      return "fake";
+  }
+  return "unknown";
+}
+
+std::string Device::name() const { return fmt::format("{}:{}", KindName(kind()), index()); }
+
+Status Device::WaitEvent(EventHandle event, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto pause = std::chrono::microseconds(20);
+  while (true) {
+    BYTEPS_ASSIGN_OR_RETURN(bool done, QueryEvent(event));
+    if (done) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceeded(fmt::format("{}: an event did not complete within {:.1f} s", name(), timeout_s));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
+}
+
+Status Device::StreamWaitStream(StreamHandle waiter, StreamHandle producer) {
+  BYTEPS_ASSIGN_OR_RETURN(EventHandle event, RecordEvent(producer));
+  Status st = StreamWaitEvent(waiter, event);
+  DestroyEvent(event);
+  return st;
+}
+
+bool Built(Kind kind) { return kind != Kind::kCuda || CudaBuilt(); }
+
+StatusOr<std::shared_ptr<Device>> Open(Kind kind, int index) {
+  if (index < 0) return InvalidArgument(fmt::format("device index {} of {} is negative", index, KindName(kind)));
+  switch (kind) {
+    case Kind::kCpu:
+      return OpenCpu();
+    case Kind::kFake:
+      return OpenFake(index);
+    case Kind::kCuda:
+      return OpenCuda(index);
+  }
+  return InvalidArgument(fmt::format("unknown device kind {}", static_cast<int>(kind)));
+}
+
+}  // namespace byteps::device

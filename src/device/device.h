@@ -1,0 +1,88 @@
+// The device layer: what the worker pipeline needs of an accelerator, and nothing more. Pinned host
+// memory for staging, asynchronous copies on a stream, events (record, query, make a stream wait),
+// and a callback once a stream's queued work has finished. Backends:
+//
+//   cpu   identity: host memory is the "device"; copies run inside the call, events are done at once.
+//   cuda  the CUDA runtime (built when CMake finds the CUDA toolkit; BYTEPS_HAVE_CUDA).
+//   fake  for tests: each stream is a thread that runs its queue in order, copies take a
+//         configurable time, and a test can hold a stream (a gate) to prove nobody blocks on it.
+//
+// Streams and events are opaque handles owned by the backend (cudaStream_t / cudaEvent_t for cuda).
+// A null stream is the device's default stream. The framework's stream (torch's current stream) is
+// passed in as a handle too: the pipeline records an event on it and makes its own copy stream wait
+// for that event, never the CPU.
+//
+// Threading: every call may come from any thread; the backend serialises what it must. Callbacks
+// given to OnDone run on a backend thread (or, for cpu, inside the call) and must not block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace byteps::device {
+
+enum class Kind : uint8_t { kCpu = 0, kCuda = 1, kFake = 2 };
+const char* KindName(Kind kind);  // "cpu", "cuda", "fake"
+
+enum class CopyKind : uint8_t {
+  kDeviceToHost = 0,
+  kHostToDevice = 1,
+  kDeviceToDevice = 2,
+};
+
+using StreamHandle = void*;
+using EventHandle = void*;
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual Kind kind() const = 0;
+  virtual int index() const = 0;
+  std::string name() const;  // "cuda:0"
+
+  // Page-locked host memory (plain aligned memory for cpu / fake), for staging; never null on OK.
+  virtual StatusOr<void*> AllocHost(size_t bytes) = 0;
+  virtual void FreeHost(void* ptr) = 0;
+  // Device memory (host memory for cpu / fake). Used by tests and by a backend's own staging.
+  virtual StatusOr<void*> AllocDevice(size_t bytes) = 0;
+  virtual void FreeDevice(void* ptr) = 0;
+
+  // A stream of this layer's own (non-blocking with respect to the default stream).
+  virtual StatusOr<StreamHandle> CreateStream() = 0;
+  virtual void DestroyStream(StreamHandle stream) = 0;
+
+  // Queues a copy of `bytes` on `stream`, after what is queued there already; returns at once.
+  virtual Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, StreamHandle stream) = 0;
+
+  // An event that completes when the work queued on `stream` so far has finished.
+  virtual StatusOr<EventHandle> RecordEvent(StreamHandle stream) = 0;
+  // True once the event completed (an error if the work before it failed).
+  virtual StatusOr<bool> QueryEvent(EventHandle event) = 0;
+  // Work queued on `stream` after this call waits for `event` (on the device: the CPU does not wait).
+  virtual Status StreamWaitEvent(StreamHandle stream, EventHandle event) = 0;
+  // The handle may be destroyed while a wait on it is still queued (the backend keeps what it needs).
+  virtual void DestroyEvent(EventHandle event) = 0;
+
+  // Calls `done` once the work queued on `stream` so far has finished, with its status.
+  virtual Status OnDone(StreamHandle stream, std::function<void(Status)> done) = 0;
+
+  // Blocks until `event` completed or `timeout_s` passed (DeadlineExceeded naming the device).
+  // For tests and shutdown only: the pipeline never waits on the CPU.
+  Status WaitEvent(EventHandle event, double timeout_s);
+
+  // Makes `waiter` wait on the device for the work queued on `producer` so far.
+  Status StreamWaitStream(StreamHandle waiter, StreamHandle producer);
+};
+
+// The device `index` of `kind`. Errors name what is missing: "this byteps was built without CUDA:
+// rebuild with the CUDA toolkit installed (cmake finds it under /usr/local/cuda)", no such GPU...
+StatusOr<std::shared_ptr<Device>> Open(Kind kind, int index);
+// Whether `kind` is compiled into this build (cpu and fake always are).
+bool Built(Kind kind);
+
+}  // namespace byteps::device

@@ -1,0 +1,263 @@
+#include "device/fake_device.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "device/backends.h"
+
+namespace byteps::device {
+namespace {
+
+constexpr double kWaitLimitS = 120;  // a stream waiting on an event longer than this fails its work
+
+struct Event {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  void Complete(const Status& st) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      status = st;
+    }
+    cv.notify_all();
+  }
+};
+
+// One stream: a thread running its queue in order. An op returns its status; after a failure the
+// stream is broken (as CUDA's errors are sticky): later events and callbacks carry that failure.
+class Stream {
+ public:
+  using Op = std::function<Status(const Status& so_far)>;
+  explicit Stream(std::string name) : name_(std::move(name)), thread_([this] { Run(); }) {}
+  ~Stream() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Push(Op op) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ops_.push_back(std::move(op));
+    }
+    cv_.notify_all();
+  }
+  const std::string& name() const { return name_; }
+
+ private:
+  void Run() {
+    Status failed;
+    while (true) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
+        if (ops_.empty()) return;  // stopping, and everything queued has run
+        op = std::move(ops_.front());
+        ops_.pop_front();
+      }
+      Status st = op(failed);
+      if (failed.ok() && !st.ok()) failed = st;
+    }
+  }
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> ops_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the rest exists
+};
+
+class Gate final : public FakeGate {
+ public:
+  void Open() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool reached() const override { return reached_.load(); }
+  void Pass() {
+    reached_ = true;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  std::atomic<bool> reached_{false};
+};
+
+StatusOr<void*> Aligned(size_t bytes) {
+  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  if (p == nullptr) return Unavailable(fmt::format("fake device: could not allocate {} bytes", bytes));
+  return p;
+}
+
+class FakeDeviceImpl final : public FakeDevice {
+ public:
+  explicit FakeDeviceImpl(int index) : index_(index), default_(std::make_unique<Stream>("default")) {}
+
+  Kind kind() const override { return Kind::kFake; }
+  int index() const override { return index_; }
+  StatusOr<void*> AllocHost(size_t bytes) override { return Aligned(bytes); }
+  void FreeHost(void* p) override { std::free(p); }
+  StatusOr<void*> AllocDevice(size_t bytes) override { return Aligned(bytes); }
+  void FreeDevice(void* p) override { std::free(p); }
+
+  StatusOr<StreamHandle> CreateStream() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_));
+    StreamHandle h = s.get();
+    streams_.emplace(h, std::move(s));
+    return h;
+  }
+  void DestroyStream(StreamHandle h) override {
+    std::unique_ptr<Stream> s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = streams_.find(h);
+      if (it == streams_.end()) return;
+      s = std::move(it->second);
+      streams_.erase(it);
+    }
+    // ~Stream runs what is queued, then joins.
+  }
+
+  Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind, StreamHandle h) override {
+    BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
+    FakeOptions o = options();
+    s->Push([this, dst, src, bytes, o](const Status& so_far) {
+      if (!so_far.ok()) return so_far;
+      const double t = o.copy_latency_s + (o.copy_bytes_per_s > 0 ? bytes / o.copy_bytes_per_s : 0.0);
+      if (t > 0) std::this_thread::sleep_for(std::chrono::duration<double>(t));
+      if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+      copies_.fetch_add(1);
+      copied_bytes_.fetch_add(bytes);
+      return Status::Ok();
+    });
+    return Status::Ok();
+  }
+
+  StatusOr<EventHandle> RecordEvent(StreamHandle h) override {
+    BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
+    auto* holder = new std::shared_ptr<Event>(std::make_shared<Event>());
+    std::shared_ptr<Event> e = *holder;
+    s->Push([e](const Status& so_far) {
+      e->Complete(so_far);
+      return Status::Ok();
+    });
+    return static_cast<EventHandle>(holder);
+  }
+  StatusOr<bool> QueryEvent(EventHandle h) override {
+    if (h == nullptr) return InvalidArgument(name() + ": query of a null event");
+    Event& e = **static_cast<std::shared_ptr<Event>*>(h);
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (e.done && !e.status.ok()) return e.status;
+    return e.done;
+  }
+  Status StreamWaitEvent(StreamHandle h, EventHandle ev) override {
+    if (ev == nullptr) return InvalidArgument(name() + ": wait on a null event");
+    BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
+    std::shared_ptr<Event> e = *static_cast<std::shared_ptr<Event>*>(ev);
+    std::string where = fmt::format("{} ({})", name(), s->name());
+    s->Push([e, where](const Status&) {
+      std::unique_lock<std::mutex> lock(e->mu);
+      if (!e->cv.wait_for(lock, std::chrono::duration<double>(kWaitLimitS), [&] { return e->done; })) {
+        return DeadlineExceeded(fmt::format("{}: a stream waited {:.0f} s for an event", where, kWaitLimitS));
+      }
+      return e->status;
+    });
+    return Status::Ok();
+  }
+  void DestroyEvent(EventHandle h) override { delete static_cast<std::shared_ptr<Event>*>(h); }
+
+  Status OnDone(StreamHandle h, std::function<void(Status)> done) override {
+    BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
+    s->Push([done = std::move(done)](const Status& so_far) {
+      done(so_far);
+      return Status::Ok();
+    });
+    return Status::Ok();
+  }
+
+  void SetOptions(const FakeOptions& o) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    options_ = o;
+  }
+  std::shared_ptr<FakeGate> Hold(StreamHandle h) override {
+    auto gate = std::make_shared<Gate>();
+    auto s = Find(h);
+    if (!s.ok()) {
+      gate->Open();
+      return gate;
+    }
+    (*s)->Push([gate](const Status&) {
+      gate->Pass();
+      return Status::Ok();
+    });
+    return gate;
+  }
+  Status Launch(StreamHandle h, std::function<void()> work) override {
+    BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
+    s->Push([work = std::move(work)](const Status& so_far) {
+      if (so_far.ok()) work();
+      return Status::Ok();
+    });
+    return Status::Ok();
+  }
+  uint64_t copies() const override { return copies_.load(); }
+  uint64_t copied_bytes() const override { return copied_bytes_.load(); }
+
+ private:
+  StatusOr<Stream*> Find(StreamHandle h) {
+    if (h == nullptr) return default_.get();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(h);
+    if (it == streams_.end()) return InvalidArgument(fmt::format("{}: unknown stream {}", name(), h));
+    return it->second.get();
+  }
+  FakeOptions options() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return options_;
+  }
+
+  const int index_;
+  std::mutex mu_;
+  FakeOptions options_;
+  std::map<StreamHandle, std::unique_ptr<Stream>> streams_;
+  uint64_t streams_made_ = 0;
+  std::atomic<uint64_t> copies_{0};
+  std::atomic<uint64_t> copied_bytes_{0};
+  std::unique_ptr<Stream> default_;  // last: destroyed first, after the others ran out
+};
+
+}  // namespace
+
+std::shared_ptr<FakeDevice> FakeDevice::Get(int index) {
+  static std::mutex mu;
+  static auto* devices = new std::map<int, std::shared_ptr<FakeDevice>>();  // lives for the process
+  std::lock_guard<std::mutex> lock(mu);
+  auto& d = (*devices)[index];
+  if (!d) d = std::make_shared<FakeDeviceImpl>(index);
+  return d;
+}
+
+std::shared_ptr<Device> OpenFake(int index) { return FakeDevice::Get(index); }
+
+}  // namespace byteps::device

@@ -1,0 +1,46 @@
+// The fake backend: a device whose asynchrony is real, for testing the GPU path's ordering and
+// waiting logic on a machine without a GPU. Device memory is host memory, but it is touched only by
+// the device's own streams. Each stream (the default one included) is a thread that runs its queue
+// in order: copies take `latency_s + bytes / bytes_per_s`, events complete when the stream reaches
+// them, a wait holds the stream (not the caller) until its event completed. Tests can also queue
+// their own work on a stream (Launch: a "kernel") and hold a stream closed (Hold) to prove that
+// nobody waits on it from the CPU.
+//
+// Threading: every call from any thread. Callbacks and launched work run on the stream's thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "device/device.h"
+
+namespace byteps::device {
+
+struct FakeOptions {
+  double copy_latency_s = 0;  // per copy
+  double copy_bytes_per_s = 0;  // 0: no time per byte
+};
+
+// A closed gate queued on a stream: the stream runs nothing queued after it until Open().
+class FakeGate {
+ public:
+  virtual ~FakeGate() = default;
+  virtual void Open() = 0;
+  virtual bool reached() const = 0;  // the stream is waiting at the gate
+};
+
+class FakeDevice : public Device {
+ public:
+  // The process's fake device `index` (the one device::Open(Kind::kFake, index) returns).
+  static std::shared_ptr<FakeDevice> Get(int index);
+
+  virtual void SetOptions(const FakeOptions& options) = 0;
+  virtual std::shared_ptr<FakeGate> Hold(StreamHandle stream) = 0;
+  virtual Status Launch(StreamHandle stream, std::function<void()> work) = 0;
+  // Counters, for tests: copies run, and how often a caller blocked in WaitEvent-like waits.
+  virtual uint64_t copies() const = 0;
+  virtual uint64_t copied_bytes() const = 0;
+};
+
+}  // namespace byteps::device

@@ -1,0 +1,166 @@
+// The device layer: the cpu and fake backends here (real asynchrony on the fake's stream threads),
+// the cuda backend where this build has it and a GPU is present (skipped with the reason otherwise).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "device/device.h"
+#include "device/fake_device.h"
+
+namespace byteps::device {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::shared_ptr<Device> OpenOrSkip(Kind kind, int index, std::string* why) {
+  auto d = Open(kind, index);
+  if (!d.ok()) {
+    *why = d.status().message();
+    return nullptr;
+  }
+  return *d;
+}
+
+class DeviceTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    dev_ = OpenOrSkip(GetParam(), 0, &why);
+    if (!dev_) GTEST_SKIP() << why;
+  }
+  std::shared_ptr<Device> dev_;
+};
+
+// Host -> device -> host through two streams, the second waiting on the first's event.
+TEST_P(DeviceTest, CopiesRoundTripInStreamOrder) {
+  constexpr size_t kBytes = 1 << 20;
+  auto host_in = dev_->AllocHost(kBytes), host_out = dev_->AllocHost(kBytes), gpu = dev_->AllocDevice(kBytes);
+  ASSERT_TRUE(host_in.ok() && host_out.ok() && gpu.ok());
+  auto* in = static_cast<uint8_t*>(*host_in);
+  auto* out = static_cast<uint8_t*>(*host_out);
+  for (size_t i = 0; i < kBytes; ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::memset(out, 0, kBytes);
+  auto up = dev_->CreateStream(), down = dev_->CreateStream();
+  ASSERT_TRUE(up.ok() && down.ok());
+  ASSERT_TRUE(dev_->CopyAsync(*gpu, in, kBytes, CopyKind::kHostToDevice, *up).ok());
+  auto uploaded = dev_->RecordEvent(*up);
+  ASSERT_TRUE(uploaded.ok());
+  ASSERT_TRUE(dev_->StreamWaitEvent(*down, *uploaded).ok());
+  ASSERT_TRUE(dev_->CopyAsync(out, *gpu, kBytes, CopyKind::kDeviceToHost, *down).ok());
+  std::promise<Status> done;
+  ASSERT_TRUE(dev_->OnDone(*down, [&](Status st) { done.set_value(st); }).ok());
+  auto fut = done.get_future();
+  ASSERT_EQ(fut.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(fut.get().ok());
+  EXPECT_EQ(std::memcmp(in, out, kBytes), 0);
+  auto finished = dev_->RecordEvent(*down);
+  ASSERT_TRUE(finished.ok());
+  EXPECT_TRUE(dev_->WaitEvent(*finished, 30).ok());
+  dev_->DestroyEvent(*uploaded);
+  dev_->DestroyEvent(*finished);
+  dev_->DestroyStream(*up);
+  dev_->DestroyStream(*down);
+  dev_->FreeDevice(*gpu);
+  dev_->FreeHost(in);
+  dev_->FreeHost(out);
+}
+
+TEST_P(DeviceTest, CallbacksRunInQueueOrder) {
+  auto s = dev_->CreateStream();
+  ASSERT_TRUE(s.ok());
+  std::vector<int> order;
+  std::mutex mu;
+  std::promise<void> last;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(dev_->OnDone(*s, [&, i](Status st) {
+      EXPECT_TRUE(st.ok());
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      if (i == 19) last.set_value();
+    }).ok());
+  }
+  ASSERT_EQ(last.get_future().wait_for(30s), std::future_status::ready);
+  std::vector<int> want(20);
+  std::iota(want.begin(), want.end(), 0);
+  EXPECT_EQ(order, want);
+  dev_->DestroyStream(*s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceTest, ::testing::Values(Kind::kCpu, Kind::kFake, Kind::kCuda),
+                         [](const auto& info) { return std::string(KindName(info.param)); });
+
+TEST(Device, NamesAndMissingBackends) {
+  auto cpu = Open(Kind::kCpu, 0);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*cpu)->name(), "cpu:0");
+  EXPECT_EQ(Open(Kind::kFake, 3).value()->name(), "fake:3");
+  EXPECT_EQ(Open(Kind::kFake, 3).value(), Open(Kind::kFake, 3).value());  // one device per index
+  EXPECT_FALSE(Open(Kind::kFake, -1).ok());
+  if (!Built(Kind::kCuda)) {
+    auto cuda = Open(Kind::kCuda, 0);
+    ASSERT_FALSE(cuda.ok());
+    EXPECT_NE(cuda.status().message().find("this byteps was built without CUDA: rebuild with"), std::string::npos)
+        << cuda.status().message();
+  }
+}
+
+// The fake's streams are truly asynchronous: work queued behind a closed gate waits for it, the
+// caller never does, and a stream that waits on another's event waits on its own thread.
+TEST(FakeDevice, NobodyBlocksOnAHeldStream) {
+  auto fake = FakeDevice::Get(7);
+  auto framework = fake->CreateStream(), copies = fake->CreateStream();
+  ASSERT_TRUE(framework.ok() && copies.ok());
+  std::vector<float> device_data(1000, 0.0f), host(1000, -1.0f);
+  auto gate = fake->Hold(*framework);
+  // A "kernel" on the framework stream, behind the gate, writes the tensor.
+  ASSERT_TRUE(fake->Launch(*framework, [&] { std::fill(device_data.begin(), device_data.end(), 2.5f); }).ok());
+  auto produced = fake->RecordEvent(*framework);
+  ASSERT_TRUE(produced.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(fake->StreamWaitEvent(*copies, *produced).ok());
+  fake->DestroyEvent(*produced);  // the queued wait keeps what it needs
+  ASSERT_TRUE(fake->CopyAsync(host.data(), device_data.data(), 4000, CopyKind::kDeviceToHost, *copies).ok());
+  std::atomic<bool> copied{false};
+  ASSERT_TRUE(fake->OnDone(*copies, [&](Status st) { copied = st.ok(); }).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);  // none of these calls waited
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(copied.load());  // the copy stream waits for the framework's kernel...
+  EXPECT_EQ(host[0], -1.0f);
+  EXPECT_TRUE(gate->reached());
+  gate->Open();
+  for (int i = 0; i < 3000 && !copied.load(); ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(copied.load());  // ...and copies what it wrote
+  EXPECT_EQ(host[0], 2.5f);
+  EXPECT_EQ(host[999], 2.5f);
+  fake->DestroyStream(*framework);
+  fake->DestroyStream(*copies);
+}
+
+TEST(FakeDevice, CopiesTakeTheirConfiguredTimeAndEventsReportIt) {
+  auto fake = FakeDevice::Get(8);
+  fake->SetOptions({0.05, 0});
+  auto s = fake->CreateStream();
+  ASSERT_TRUE(s.ok());
+  std::vector<uint8_t> a(64, 1), b(64, 0);
+  ASSERT_TRUE(fake->CopyAsync(b.data(), a.data(), 64, CopyKind::kHostToDevice, *s).ok());
+  auto e = fake->RecordEvent(*s);
+  ASSERT_TRUE(e.ok());
+  EXPECT_FALSE(*fake->QueryEvent(*e));  // still copying
+  Status timed_out = fake->WaitEvent(*e, 0.001);
+  EXPECT_EQ(timed_out.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(timed_out.message().find("fake:8"), std::string::npos) << timed_out.message();
+  EXPECT_TRUE(fake->WaitEvent(*e, 30).ok());
+  EXPECT_EQ(b[63], 1);
+  fake->DestroyEvent(*e);
+  fake->DestroyStream(*s);
+  fake->SetOptions({});
+}
+
+}  // namespace
+}  // namespace byteps::device

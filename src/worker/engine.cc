@@ -157,6 +157,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
     op = MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
   }
+  BYTEPS_RETURN_IF_ERROR(op->pipeline->Admit(*op).WithContext(fmt::format("push_pull of '{}'", r.name)));
   // Submissions are applied in order and a new credit before them: it starts with this operation.
   if (credit) loop_->SetCredit(*credit);
   HandleId id = handles_->Add(op);

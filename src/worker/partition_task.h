@@ -53,6 +53,9 @@ struct Operation {
   const TensorPlan* plan = nullptr;
   const Pipeline* pipeline = nullptr;
   std::vector<PartitionTask> parts;
+  // A device tensor: the event recorded on the framework's stream when the call was made (the
+  // copy-in stage's; destroyed with the operation).
+  std::shared_ptr<void> ready_event;
   // Completion, guarded by the HandleTable's mutex.
   size_t remaining = 0;
   std::vector<bool> part_done;

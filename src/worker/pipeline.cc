@@ -2,6 +2,11 @@
 
 namespace byteps::worker {
 
+Status Pipeline::Admit(Operation& op) const {
+  for (Stage* st : stages_) BYTEPS_RETURN_IF_ERROR(st->Admit(op));
+  return Status::Ok();
+}
+
 std::string Pipeline::Describe() const {
   if (stages_.empty()) return "(no stage)";
   std::string s;

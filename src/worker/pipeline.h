@@ -20,6 +20,8 @@ class Pipeline {
   size_t size() const { return stages_.size(); }
   bool empty() const { return stages_.empty(); }
   Stage* at(size_t i) const { return stages_[i]; }
+  // Every stage's Admit, in order; the first error.
+  Status Admit(Operation& op) const;
   // "local-reduce -> push-pull -> local-broadcast", for logs and tests.
   std::string Describe() const;
 

@@ -2,13 +2,15 @@
 
 #include "worker/stages/average_stage.h"
 #include "worker/stages/copy_out_stage.h"
+#include "worker/stages/device_copy_stages.h"
+#include "worker/stages/device_staging.h"
 #include "worker/stages/local_broadcast_stage.h"
 #include "worker/stages/local_reduce_stage.h"
 #include "worker/stages/push_pull_stage.h"
 
 namespace byteps::worker {
 
-PipelineSet::PipelineSet(const PipelineContext& c) {
+PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<stages::DeviceStaging>()) {
   auto add = [&](std::unique_ptr<Stage> s) {
     Stage* raw = s.get();
     c.loop->AddStage(raw);
@@ -26,6 +28,8 @@ PipelineSet::PipelineSet(const PipelineContext& c) {
   Stage* average = root && !network && c.local ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
   Stage* local_broadcast = c.local ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, c.local)) : nullptr;
   Stage* copy_out = !c.local && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
+  Stage* device_in = add(std::make_unique<stages::DeviceCopyInStage>(c.loop, staging_.get()));
+  Stage* device_out = add(std::make_unique<stages::DeviceCopyOutStage>(c.loop, staging_.get()));
 
   for (int in_place = 0; in_place < 2; ++in_place) {
     for (int avg = 0; avg < 2; ++avg) {
@@ -38,14 +42,23 @@ PipelineSet::PipelineSet(const PipelineContext& c) {
       if (avg) push(average);
       push(local_broadcast);
       if (!in_place) push(copy_out);
+      if (in_place) {  // a device tensor's host stages work in place on its staging buffers
+        std::vector<Stage*> on_device{device_in};
+        on_device.insert(on_device.end(), list.begin(), list.end());
+        on_device.push_back(device_out);
+        device_pipelines_[avg] = Pipeline(std::move(on_device));
+      }
       pipelines_[in_place][avg] = Pipeline(std::move(list));
     }
   }
 }
 
-PipelineSet::~PipelineSet() = default;
+PipelineSet::~PipelineSet() {
+  staging_.reset();  // first: waits for the copies still queued, whose callbacks reach the stages
+}
 
 const Pipeline* PipelineSet::For(const TensorRequest& r) const {
+  if (!r.device.on_host()) return &device_pipelines_[r.average ? 1 : 0];
   return &pipelines_[r.input == r.output ? 1 : 0][r.average ? 1 : 0];
 }
 

@@ -9,6 +9,9 @@
 //   local root, not distributed:  local-reduce [-> average] -> local-broadcast
 //   local non-root:               local-reduce -> local-broadcast
 //
+// A device tensor (TensorDevice not on the host) takes copy-in, then the in-place host list of
+// its process, then copy-out: the host stages work in place on a pinned buffer per partition.
+//
 // Threading: immutable after construction.
 #pragma once
 
@@ -25,6 +28,7 @@ namespace byteps::worker {
 
 namespace stages {
 class PushPullStage;
+class DeviceStaging;
 }
 
 struct PipelineContext {
@@ -45,9 +49,11 @@ class PipelineSet {
   stages::PushPullStage* push_pull() const { return push_pull_; }
 
  private:
+  std::unique_ptr<stages::DeviceStaging> staging_;  // before the stages: they use it until they go
   std::vector<std::unique_ptr<Stage>> stages_;
   stages::PushPullStage* push_pull_ = nullptr;
-  Pipeline pipelines_[2][2];  // [in place][average]
+  Pipeline pipelines_[2][2];  // host tensors: [in place][average]
+  Pipeline device_pipelines_[2];  // device tensors: [average]
 };
 
 }  // namespace byteps::worker

@@ -4,7 +4,8 @@
 // use it, the credit) allows, and the stage completes it asynchronously with a Status, exactly
 // once, through the StageSink. A new capability is a new Stage; the dispatcher does not change.
 //
-// Threading: Start, Flush, Skip and CreditFor run on the dispatcher thread and must not block.
+// Threading: Admit runs on the framework thread that calls push_pull, before the operation is
+// submitted; Start, Flush, Skip and CreditFor run on the dispatcher thread. None may block.
 // The completion (sink->Complete) may come from any thread, also from inside Start. FailAll may
 // run on any thread.
 #pragma once
@@ -39,6 +40,9 @@ class Stage {
   // Bytes of the dispatcher's credit `task` holds while in this stage; 0 = this stage does not use
   // the credit (only the network stage does: the credit caps bytes in flight).
   virtual size_t CreditFor(const PartitionTask& task) const { return 0; }
+  // `op` enters a pipeline this stage is in, on the caller's thread (e.g. the copy-in stage records
+  // the moment on the framework's stream). An error refuses the call; nothing was submitted.
+  virtual Status Admit(Operation& op) { return Status::Ok(); }
   // Starts `task`; completes it later (or right away) through sink()->Complete. A stage may hold
   // back what Start produced (frames to send) until Flush.
   virtual void Start(PartitionTask* task) = 0;

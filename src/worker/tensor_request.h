@@ -7,12 +7,19 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "device/device.h"
 
 namespace byteps::worker {
 
-// Where a tensor's bytes live. Only host memory today; the GPU path adds its device here and the
-// pipeline gains its copy stages from it.
-enum class Device : uint8_t { kCpu = 0 };
+// Where a tensor's bytes live: host memory (kCpu), or a device's memory, written by work the
+// framework queued on `stream` (the framework's current stream; null: the device's default stream).
+// A device tensor's pipeline starts with copy-in and ends with copy-out (PipelineSet).
+struct TensorDevice {
+  device::Kind kind = device::Kind::kCpu;
+  int index = 0;
+  device::StreamHandle stream = nullptr;
+  bool on_host() const { return kind == device::Kind::kCpu; }
+};
 
 // What the servers make of the workers' tensors.
 enum class ReduceOp : uint8_t {
@@ -28,7 +35,7 @@ struct TensorRequest {
   DataType dtype = DataType::kFloat32;
   bool average = false;  // divide the sum by size()
   int priority = 0;      // higher goes first
-  Device device = Device::kCpu;
+  TensorDevice device{};
   // kConcat: `output` receives all `bytes`; this worker contributes `slice_bytes` from `input`,
   // which belong at `slice_offset` of the output (the slices of all workers tile it).
   ReduceOp op = ReduceOp::kSum;

@@ -1,0 +1,98 @@
+#include "worker/stages/device_copy_stages.h"
+
+#include <fmt/format.h>
+
+namespace byteps::worker::stages {
+
+void InFlightCopies::Add(PartitionTask* t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tasks_.insert(t);
+}
+
+bool InFlightCopies::Take(PartitionTask* t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tasks_.erase(t) > 0;
+}
+
+std::vector<PartitionTask*> InFlightCopies::TakeAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PartitionTask*> all(tasks_.begin(), tasks_.end());
+  tasks_.clear();
+  return all;
+}
+
+namespace {
+
+std::string Where(const PartitionTask& t, const device::Device& d) {
+  return fmt::format("'{}' partition {} on {}", t.op->request.name, t.part, d.name());
+}
+
+// Completes `t` through `sink` once the work queued on `stream` so far is done; `then` runs first
+// on success (on the device's callback thread).
+template <typename Then>
+void CompleteWhenDone(StageSink* sink, InFlightCopies* in_flight, DeviceStaging::Slot* slot,
+                      device::StreamHandle stream, PartitionTask* t, Then then) {
+  in_flight->Add(t);
+  Status st = slot->device->OnDone(stream, [sink, in_flight, t, then, where = Where(*t, *slot->device)](Status s) {
+    if (!in_flight->Take(t)) return;  // failed meanwhile (FailAll): completed already
+    if (s.ok()) then();
+    sink->Complete(t, s.WithContext(where));
+  });
+  if (!st.ok() && in_flight->Take(t)) sink->Complete(t, st.WithContext(Where(*t, *slot->device)));
+}
+
+void FailEvery(StageSink* sink, InFlightCopies* in_flight, const Status& failure) {
+  for (PartitionTask* t : in_flight->TakeAll()) sink->Complete(t, failure);
+}
+
+}  // namespace
+
+Status DeviceCopyInStage::Admit(Operation& op) {
+  const TensorDevice& d = op.request.device;
+  BYTEPS_ASSIGN_OR_RETURN(DeviceStaging::Slot * slot, staging_->For(d.kind, d.index));
+  BYTEPS_ASSIGN_OR_RETURN(device::EventHandle ready, slot->device->RecordEvent(d.stream));
+  std::shared_ptr<device::Device> dev = slot->device;
+  op.ready_event = std::shared_ptr<void>(ready, [dev](void* e) { dev->DestroyEvent(e); });
+  return Status::Ok();
+}
+
+void DeviceCopyInStage::Start(PartitionTask* t) {
+  const TensorDevice& d = t->op->request.device;
+  auto slot = staging_->For(d.kind, d.index);
+  if (!slot.ok()) return sink()->Complete(t, slot.status());
+  auto buf = staging_->Buffer(*slot, t->key, t->len);
+  if (!buf.ok()) return sink()->Complete(t, buf.status().WithContext(Where(*t, *(*slot)->device)));
+  device::Device& dev = *(*slot)->device;
+  Status st = t->op->ready_event ? dev.StreamWaitEvent((*slot)->in, t->op->ready_event.get()) : Status::Ok();
+  // What this worker contributes (a concatenation's slice, else the whole partition) goes to the
+  // buffer's start, where the push-pull stage sends it from.
+  if (st.ok() && t->push_len > 0) st = dev.CopyAsync(*buf, t->src, t->push_len, device::CopyKind::kDeviceToHost, (*slot)->in);
+  if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
+  uint8_t* host = *buf;
+  CompleteWhenDone(sink(), &in_flight_, *slot, (*slot)->in, t, [t, host] {
+    t->src = host;
+    t->dst = host;
+  });
+}
+
+void DeviceCopyInStage::FailAll(const Status& failure) { FailEvery(sink(), &in_flight_, failure); }
+
+void DeviceCopyOutStage::Start(PartitionTask* t) {
+  const TensorRequest& r = t->op->request;
+  auto slot = staging_->For(r.device.kind, r.device.index);
+  if (!slot.ok()) return sink()->Complete(t, slot.status());
+  device::Device& dev = *(*slot)->device;
+  uint8_t* out = static_cast<uint8_t*>(r.output) + t->offset;
+  Status st = t->len > 0 ? dev.CopyAsync(out, t->src, t->len, device::CopyKind::kHostToDevice, (*slot)->out)
+                         : Status::Ok();
+  if (st.ok()) st = dev.StreamWaitStream(r.device.stream, (*slot)->out);
+  if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
+  CompleteWhenDone(sink(), &in_flight_, *slot, (*slot)->out, t, [t, out] {
+    t->src = out;
+    t->dst = out;
+  });
+}
+
+void DeviceCopyOutStage::FailAll(const Status& failure) { FailEvery(sink(), &in_flight_, failure); }
+
+}  // namespace byteps::worker::stages

@@ -1,0 +1,62 @@
+// Stages "copy-in" and "copy-out" of a device tensor (a CUDA tensor; the fake device in tests).
+//
+//   copy-in   Admit (the framework's thread): records an event on the framework's stream, the
+//             moment of the call. Start: the device-to-host stream waits for that event on the
+//             device, then copies the partition into its pinned buffer; the task completes when
+//             the copy is done (a device callback), with src = dst = the buffer, so every host
+//             stage after it works in place.
+//   copy-out  copies the buffer to the partition's place in the output tensor on the host-to-device
+//             stream, makes the framework's stream wait for that copy (work the framework queues
+//             later sees the result, and the GPU never stalls on the CPU), and completes when the
+//             copy is done.
+//
+// Neither stage ever blocks the CPU on the framework's stream. A task failed elsewhere (FailAll)
+// is completed at once; its copy's later callback finds it gone and does nothing.
+// Threading: Admit on the framework thread; Start / FailAll per Stage; callbacks on the device's.
+#pragma once
+
+#include <mutex>
+#include <unordered_set>
+
+#include "worker/stage.h"
+#include "worker/stages/device_staging.h"
+
+namespace byteps::worker::stages {
+
+// The tasks a copy stage has started and not completed yet (completed exactly once).
+class InFlightCopies {
+ public:
+  void Add(PartitionTask* t);
+  // True once per task: the caller completes it.
+  bool Take(PartitionTask* t);
+  std::vector<PartitionTask*> TakeAll();
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<PartitionTask*> tasks_;
+};
+
+class DeviceCopyInStage : public Stage {
+ public:
+  DeviceCopyInStage(StageSink* sink, DeviceStaging* staging) : Stage("copy-in", sink), staging_(staging) {}
+  Status Admit(Operation& op) override;
+  void Start(PartitionTask* task) override;
+  void FailAll(const Status& failure) override;
+
+ private:
+  DeviceStaging* staging_;
+  InFlightCopies in_flight_;
+};
+
+class DeviceCopyOutStage : public Stage {
+ public:
+  DeviceCopyOutStage(StageSink* sink, DeviceStaging* staging) : Stage("copy-out", sink), staging_(staging) {}
+  void Start(PartitionTask* task) override;
+  void FailAll(const Status& failure) override;
+
+ private:
+  DeviceStaging* staging_;
+  InFlightCopies in_flight_;
+};
+
+}  // namespace byteps::worker::stages

@@ -1,0 +1,72 @@
+#include "worker/stages/device_staging.h"
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+
+namespace byteps::worker::stages {
+
+namespace {
+constexpr double kDrainS = 30;  // at teardown: how long queued copies may still take
+}
+
+DeviceStaging::~DeviceStaging() {
+  for (auto& [id, slot] : slots_) {
+    for (device::StreamHandle s : {slot->in, slot->out}) {
+      auto e = slot->device->RecordEvent(s);
+      Status st = e.ok() ? slot->device->WaitEvent(*e, kDrainS) : e.status();
+      if (e.ok()) slot->device->DestroyEvent(*e);
+      if (!st.ok()) BYTEPS_LOG(Warning, "{}: copies still queued at shutdown: {}", slot->device->name(), st.message());
+    }
+  }
+  for (auto& [id, b] : buffers_) b.slot->device->FreeHost(b.ptr);
+  for (auto& [id, slot] : slots_) {
+    slot->device->DestroyStream(slot->in);
+    slot->device->DestroyStream(slot->out);
+  }
+}
+
+StatusOr<DeviceStaging::Slot*> DeviceStaging::For(device::Kind kind, int index) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = slots_[{kind, index}];
+  if (slot) return slot.get();
+  auto dev = device::Open(kind, index);
+  if (!dev.ok()) {
+    slots_.erase({kind, index});
+    return dev.status();
+  }
+  auto s = std::make_unique<Slot>();
+  s->device = *dev;
+  auto in = s->device->CreateStream();
+  if (!in.ok()) {
+    slots_.erase({kind, index});
+    return in.status();
+  }
+  auto out = s->device->CreateStream();
+  if (!out.ok()) {
+    s->device->DestroyStream(*in);
+    slots_.erase({kind, index});
+    return out.status();
+  }
+  s->in = *in;
+  s->out = *out;
+  slot = std::move(s);
+  return slot.get();
+}
+
+StatusOr<uint8_t*> DeviceStaging::Buffer(Slot* slot, uint64_t key, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.find({slot, key});
+  if (it != buffers_.end() && it->second.bytes >= bytes) return static_cast<uint8_t*>(it->second.ptr);
+  // A partition key always has one length; a longer one can only come after a re-plan.
+  BYTEPS_ASSIGN_OR_RETURN(void* p, slot->device->AllocHost(bytes));
+  if (it != buffers_.end()) {
+    slot->device->FreeHost(it->second.ptr);
+    it->second = {slot, p, bytes};
+  } else {
+    buffers_.emplace(std::make_pair(slot, key), Staged{slot, p, bytes});
+  }
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace byteps::worker::stages

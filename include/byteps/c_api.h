@@ -40,6 +40,14 @@ enum byteps_status {
 
 typedef int64_t byteps_handle_t;
 
+/* Where a tensor's bytes live (byteps_push_pull_async_on). BYTEPS_DEVICE_FAKE is the test
+ * backend: its "device memory" is host memory that only its stream threads touch. */
+enum byteps_device_kind {
+  BYTEPS_DEVICE_CPU = 0,
+  BYTEPS_DEVICE_CUDA = 1,
+  BYTEPS_DEVICE_FAKE = 2,
+};
+
 /* Reads the configuration from the environment and joins the job (blocks until every worker and
  * server has registered, or BYTEPS_START_TIMEOUT). Idempotent. */
 int byteps_init(void);
@@ -75,6 +83,19 @@ int byteps_declare_tensor(const char* name, size_t bytes, int dtype);
  * handle (> 0) or -1. priority: higher is sent first. */
 byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes,
                                        int dtype, int average, int priority);
+/* byteps_push_pull_async for a tensor in a device's memory: `input` and `output` are pointers of
+ * device `device_index` of `device_kind`, written by work queued on `stream` (the framework's
+ * current stream, a cudaStream_t for CUDA; NULL: the device's default stream). The core records
+ * an event on `stream` now and copies each partition out once that work is done; the result is
+ * copied back, and `stream` made to wait for it, before the handle completes. The CPU never
+ * waits on `stream`. A CUDA tensor in a build without CUDA, or with no such GPU, is an error
+ * that says so. Returns a handle (> 0) or -1. */
+byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, void* output, size_t bytes,
+                                          int dtype, int average, int priority, int device_kind, int device_index,
+                                          void* stream);
+/* 1 when this build has the backend of `device_kind` (cpu and fake always; cuda when built with
+ * the CUDA toolkit), else 0. */
+int byteps_device_built(int device_kind);
 /* Starts an allgather: every worker contributes `slice_bytes` bytes at `input`, which belong at
  * byte `slice_offset` of the `total_bytes` at `output`; when the handle completes, `output` holds
  * every worker's slice (the slices must tile it: the caller learns the others' sizes first, e.g.

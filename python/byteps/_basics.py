@@ -248,12 +248,17 @@ handles = HandleManager()
 
 
 def start(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dtype: int,
-          average: bool, priority: int, input_obj: Any, output_obj: Any, meta: Any = None) -> int:
-    """Starts one push_pull in the core and records what must stay alive; returns the handle."""
+          average: bool, priority: int, input_obj: Any, output_obj: Any, meta: Any = None,
+          device: tuple[int, int, int] = (0, 0, 0)) -> int:
+    """Starts one push_pull in the core and records what must stay alive; returns the handle.
+    ``device``: (kind, index, stream) of a tensor in a device's memory (``_core.DEVICE_*``; the
+    stream is the framework's, e.g. torch's current ``cuda_stream``); (0, 0, 0) for host memory."""
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     cname = core_name(name)
-    handle = core().push_pull_async(cname, input_ptr, output_ptr, nbytes, dtype, bool(average), priority)
+    kind, index, stream = device
+    handle = core().push_pull_async(cname, input_ptr, output_ptr, nbytes, dtype, bool(average), priority, kind, index,
+                                    stream)
     return handles.add(handle, Pending(input_obj, output_obj, cname, meta, int(nbytes)))
 
 

@@ -16,6 +16,7 @@
 
 #include "common/logging.h"
 #include "config/config.h"
+#include "device/device.h"
 #include "worker/engine.h"
 
 namespace {
@@ -33,6 +34,10 @@ static_assert(SameCode(BYTEPS_OK, StatusCode::kOk) && SameCode(BYTEPS_INVALID_AR
                   SameCode(BYTEPS_ABORTED, StatusCode::kAborted) && SameCode(BYTEPS_PROTOCOL, StatusCode::kProtocol) &&
                   SameCode(BYTEPS_INTERNAL, StatusCode::kInternal),
               "enum byteps_status (include/byteps/c_api.h) must match byteps::StatusCode");
+static_assert(BYTEPS_DEVICE_CPU == static_cast<int>(byteps::device::Kind::kCpu) &&
+                  BYTEPS_DEVICE_CUDA == static_cast<int>(byteps::device::Kind::kCuda) &&
+                  BYTEPS_DEVICE_FAKE == static_cast<int>(byteps::device::Kind::kFake),
+              "enum byteps_device_kind (include/byteps/c_api.h) must match byteps::device::Kind");
 
 std::mutex g_mu;
 std::shared_ptr<byteps::worker::Engine> g_engine;  // guarded by g_mu
@@ -274,6 +279,38 @@ byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void
   r->input = input;
   r->average = average != 0;
   return Start(*e, *r);
+}
+
+byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
+                                          int average, int priority, int device_kind, int device_index,
+                                          void* stream) {
+  if (device_kind == BYTEPS_DEVICE_CPU) return byteps_push_pull_async(name, input, output, bytes, dtype, average, priority);
+  ClearError();
+  auto e = GetEngine();
+  if (!e) return -1;
+  auto r = RequestFor("push_pull", name, output, bytes, dtype, priority);
+  if (!r.ok()) return SetError(r.status());
+  if (device_kind != BYTEPS_DEVICE_CUDA && device_kind != BYTEPS_DEVICE_FAKE) {
+    return SetError(byteps::InvalidArgument(fmt::format("push_pull of '{}': unknown device kind {} (0 cpu, 1 cuda, "
+                                                        "2 fake)",
+                                                        r->name, device_kind)));
+  }
+  r->input = input;
+  r->average = average != 0;
+  r->device = {static_cast<byteps::device::Kind>(device_kind), device_index, stream};
+  return Start(*e, *r);
+}
+
+int byteps_device_built(int device_kind) {
+  switch (device_kind) {
+    case BYTEPS_DEVICE_CPU:
+    case BYTEPS_DEVICE_FAKE:
+      return 1;
+    case BYTEPS_DEVICE_CUDA:
+      return byteps::device::Built(byteps::device::Kind::kCuda) ? 1 : 0;
+    default:
+      return 0;
+  }
 }
 
 byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,

@@ -91,15 +91,20 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "push_pull_async",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes, int dtype, bool average,
-         int priority) {
-        byteps_handle_t h = byteps_push_pull_async(name.c_str(), reinterpret_cast<const void*>(input),
-                                                   reinterpret_cast<void*>(output), nbytes, dtype, average ? 1 : 0,
-                                                   priority);
+         int priority, int device_kind, int device_index, uintptr_t stream) {
+        byteps_handle_t h = byteps_push_pull_async_on(
+            name.c_str(), reinterpret_cast<const void*>(input), reinterpret_cast<void*>(output), nbytes, dtype,
+            average ? 1 : 0, priority, device_kind, device_index, reinterpret_cast<void*>(stream));
         if (h < 0) Raise();
         return h;
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
-      py::arg("average"), py::arg("priority") = 0);
+      py::arg("average"), py::arg("priority") = 0, py::arg("device_kind") = 0, py::arg("device_index") = 0,
+      py::arg("stream") = 0);
+  m.def("device_built", [](int kind) { return byteps_device_built(kind) != 0; });
+  m.attr("DEVICE_CPU") = static_cast<int>(BYTEPS_DEVICE_CPU);
+  m.attr("DEVICE_CUDA") = static_cast<int>(BYTEPS_DEVICE_CUDA);
+  m.attr("DEVICE_FAKE") = static_cast<int>(BYTEPS_DEVICE_FAKE);
   m.def(
       "allgather_async",
       [](const std::string& name, uintptr_t input, size_t slice_bytes, uintptr_t output, size_t total_bytes,

@@ -65,21 +65,36 @@ def dtype_code(dtype: torch.dtype) -> int:
     return getattr(_basics.core(), key)
 
 
-def check_tensor(tensor) -> int:
+def check_tensor(tensor, allow_cuda: bool = False) -> int:
     """Validates a tensor for push_pull and returns its dtype code.
 
     Raises:
         TypeError: not a tensor, or an unsupported dtype (named).
-        ValueError: not on the CPU (CUDA is not supported by this build yet), not dense, or not
-            contiguous.
+        ValueError: not dense, or not contiguous; on a device other than the CPU and, where
+            ``allow_cuda``, the process's current CUDA device; a CUDA tensor in a byteps built
+            without CUDA (how to rebuild), or where ``allow_cuda`` is False (the call's CUDA path
+            is not built: pass a CPU tensor).
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"byteps.torch needs a torch.Tensor, got {type(tensor).__name__}")
     if tensor.device.type != "cpu":
-        if tensor.is_cuda:
-            raise ValueError(f"CUDA tensors are not supported by this build yet (tensor on {tensor.device}); "
-                             f"pass a CPU tensor (tensor.cpu())")
-        raise ValueError(f"tensors on device {tensor.device} are not supported; pass a CPU tensor")
+        if not tensor.is_cuda:
+            raise ValueError(f"tensors on device {tensor.device} are not supported; pass a CPU or CUDA tensor")
+        core = _basics.core()
+        if not core.device_built(core.DEVICE_CUDA):
+            raise ValueError(f"this byteps was built without CUDA: rebuild with the CUDA toolkit installed "
+                             f"(pip install . or scripts/build.sh find it under /usr/local/cuda), or pass a CPU "
+                             f"tensor (tensor on {tensor.device})")
+        if not allow_cuda:
+            raise ValueError(f"this call does not take CUDA tensors yet (tensor on {tensor.device}); pass "
+                             f"tensor.cpu() and copy the result back")
+        if not torch.cuda.is_available():
+            raise ValueError(f"tensor on {tensor.device}, but torch finds no CUDA device in this process "
+                             f"(torch.cuda.is_available() is False)")
+        current = torch.cuda.current_device()
+        if tensor.device.index != current:
+            raise ValueError(f"tensor on {tensor.device}, but this process's GPU is cuda:{current} "
+                             f"(torch.cuda.set_device(bps.local_rank()) before creating tensors)")
     if tensor.layout != torch.strided:
         raise ValueError(f"{tensor.layout} tensors are not supported; pass a dense tensor (tensor.to_dense())")
     code = dtype_code(tensor.dtype)
@@ -92,10 +107,18 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
+def _device_of(tensor: torch.Tensor) -> tuple[int, int, int]:
+    """(kind, index, stream) for the core: a CUDA tensor's device and torch's current stream there."""
+    if not tensor.is_cuda:
+        return (0, 0, 0)
+    stream = torch.cuda.current_stream(tensor.device).cuda_stream
+    return (_basics.core().DEVICE_CUDA, tensor.device.index, int(stream))
+
+
 def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool, name: Optional[str],
            priority: int) -> int:
     return _basics.start(name, tensor.data_ptr(), output.data_ptr(), _nbytes(tensor), code, average, priority,
-                         tensor, output)
+                         tensor, output, device=_device_of(tensor))
 
 
 def broadcast_async_inplace(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -145,8 +168,8 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
     is sent first.  ``version`` is accepted for compatibility and ignored.
     """
     del version
-    code = check_tensor(tensor)
-    output = torch.empty(tensor.shape, dtype=tensor.dtype)
+    code = check_tensor(tensor, allow_cuda=True)
+    output = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     return _start(tensor, output, code, average, name, priority)
 
 
@@ -154,7 +177,7 @@ def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True, name: Op
                             version: int = 0, priority: int = 0) -> int:
     """Starts summing ``tensor`` over all workers in place; returns a handle."""
     del version
-    code = check_tensor(tensor)
+    code = check_tensor(tensor, allow_cuda=True)
     return _start(tensor, tensor, code, average, name, priority)
 
 

@@ -93,12 +93,13 @@ void Engine::StartPipeline() {
   d.credit_bytes = credit_bytes();
   auto loop = std::make_unique<DispatchLoop>(
       d, [this](PartitionTask* t, const Status& st) {
-        // The last part of a user push_pull that succeeded counts for get_pushpull_speed (once:
-        // PartDone is true only for the part that finishes the operation).
-        if (handles_->PartDone(*t->op, t->part, st) && st.ok() &&
-            t->op->request.name.rfind(tuning::kInternalTuningPrefix, 0) != 0) {
-          telemetry_.Add(t->op->request.bytes);
-        }
+        // A user push_pull that succeeded counts for get_pushpull_speed once it completes, before
+        // its waiter wakes (a caller reading the speed right after sees it).
+        handles_->PartDone(*t->op, t->part, st, [this](const Operation& op) {
+          if (op.status.ok() && op.request.name.rfind(tuning::kInternalTuningPrefix, 0) != 0) {
+            telemetry_.Add(op.request.bytes);
+          }
+        });
       });
   PipelineContext pc;
   pc.loop = loop.get();

@@ -24,7 +24,8 @@ HandleId HandleTable::Add(std::shared_ptr<Operation> op) {
   return op->id;
 }
 
-bool HandleTable::PartDone(Operation& op, size_t part, const Status& status) {
+bool HandleTable::PartDone(Operation& op, size_t part, const Status& status,
+                           const std::function<void(const Operation&)>& on_complete) {
   std::lock_guard<std::mutex> lock(mu_);
   if (op.done || op.part_done[part]) return false;
   op.part_done[part] = true;
@@ -32,6 +33,7 @@ bool HandleTable::PartDone(Operation& op, size_t part, const Status& status) {
     op.status = status.WithContext(fmt::format("push_pull of tensor '{}'", op.request.name));
   }
   if (--op.remaining > 0) return false;
+  if (on_complete) on_complete(op);
   op.done = true;
   --running_;
   cv_.notify_all();

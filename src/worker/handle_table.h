@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -20,8 +21,11 @@ class HandleTable {
   // partitions would never complete: it must have at least one.
   HandleId Add(std::shared_ptr<Operation> op);
   // Partition `part` of `op` left the pipeline with `status`. Returns true when that completed the
-  // operation (the first error is the operation's error, with the tensor's name).
-  bool PartDone(Operation& op, size_t part, const Status& status);
+  // operation (the first error is the operation's error, with the tensor's name). `on_complete`
+  // runs then, before any waiter wakes (what a waiter may read next, like the speed samples, is
+  // in place when Wait returns); it runs under the table's lock and must not call back into it.
+  bool PartDone(Operation& op, size_t part, const Status& status,
+                const std::function<void(const Operation&)>& on_complete = nullptr);
   // True when finished successfully, false while running; the operation's error once it failed.
   StatusOr<bool> Poll(HandleId id) const;
   // Waits up to timeout_s. The operation's error, or DeadlineExceeded naming the tensor and where

@@ -185,5 +185,29 @@ TEST(HandleTableTest, PollWaitAndTheFirstErrorWithTheTensorsName) {
   EXPECT_TRUE(handles.WaitIdle(0));
 }
 
+// What a waiter may read right after Wait (the speed samples) is in place before it wakes: the
+// completion hook runs once, for the part that completes the operation, before done is set.
+TEST(HandleTableTest, TheCompletionHookRunsOnceBeforeAnyWaiterWakes) {
+  HandleTable handles;
+  Pipeline p;
+  auto plan = MakePlan("grad.h", 0, 2, 8, DataType::kFloat32, /*server=*/0);
+  std::vector<float> buf(4);
+  auto op = MakeOp(*plan, p, buf.data(), buf.data());
+  HandleId h = handles.Add(op);
+  int calls = 0;
+  auto hook = [&](const Operation& o) {
+    ++calls;
+    EXPECT_FALSE(o.done);  // no waiter can have woken yet
+  };
+  EXPECT_FALSE(handles.PartDone(*op, 0, Status::Ok(), hook));
+  EXPECT_EQ(calls, 0);
+  EXPECT_TRUE(handles.PartDone(*op, 1, Status::Ok(), hook));
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(handles.PartDone(*op, 1, Status::Ok(), hook));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(handles.Wait(h, 1).ok());
+  handles.Release(h);
+}
+
 }  // namespace
 }  // namespace byteps::worker

@@ -104,11 +104,18 @@ int byteps_device_built(int device_kind);
  * (BYTEPS_LOCAL_SIZE > 1) it is a sum of zero-padded outputs instead. Returns a handle or -1. */
 byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,
                                        size_t total_bytes, size_t slice_offset, int dtype, int priority);
+/* byteps_allgather_async for tensors in a device's memory (as byteps_push_pull_async_on). */
+byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, size_t slice_bytes, void* output,
+                                          size_t total_bytes, size_t slice_offset, int dtype, int priority,
+                                          int device_kind, int device_index, void* stream);
 /* Starts a broadcast of `bytes` bytes at `buffer` from root_rank to every worker, in place: an
  * allgather in which only the root has a slice (the servers forward its bytes; the others push
  * none). Returns a handle (> 0) or -1. */
 byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
                                        int priority);
+/* byteps_broadcast_async for a tensor in a device's memory (as byteps_push_pull_async_on). */
+byteps_handle_t byteps_broadcast_async_on(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
+                                          int priority, int device_kind, int device_index, void* stream);
 /* 1 when done, 0 while running, -1 when the operation failed (see byteps_last_error). */
 int byteps_poll(byteps_handle_t handle);
 /* Waits up to timeout_s seconds (< 0: BYTEPS_TIMEOUT). 0 when done, -1 on failure or timeout. */

@@ -264,22 +264,22 @@ def start(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dty
 
 def start_allgather(name: Optional[str], input_ptr: int, slice_bytes: int, output_ptr: int, total_bytes: int,
                     slice_offset: int, dtype: int, priority: int, input_obj: Any, output_obj: Any,
-                    meta: Any = None) -> int:
+                    meta: Any = None, device: tuple[int, int, int] = (0, 0, 0)) -> int:
     """Starts an allgather in the core (the servers concatenate: ``byteps_allgather_async``): this
     worker's ``slice_bytes`` at ``input_ptr`` land at ``slice_offset`` of ``total_bytes`` at
     ``output_ptr`` on every worker, next to everyone else's; returns the handle."""
     cname = core_name(name)
     handle = core().allgather_async(cname, input_ptr, int(slice_bytes), output_ptr, int(total_bytes),
-                                    int(slice_offset), dtype, int(priority))
+                                    int(slice_offset), dtype, int(priority), *device)
     return handles.add(handle, Pending(input_obj, output_obj, cname, meta, int(slice_bytes)))
 
 
 def start_broadcast(name: Optional[str], ptr: int, nbytes: int, dtype: int, root_rank: int, priority: int,
-                    obj: Any, meta: Any = None) -> int:
+                    obj: Any, meta: Any = None, device: tuple[int, int, int] = (0, 0, 0)) -> int:
     """Starts a broadcast in the core (the servers forward the root's bytes:
     ``byteps_broadcast_async``), in place; returns the handle."""
     cname = core_name(name)
-    handle = core().broadcast_async(cname, ptr, int(nbytes), dtype, int(root_rank), int(priority))
+    handle = core().broadcast_async(cname, ptr, int(nbytes), dtype, int(root_rank), int(priority), *device)
     return handles.add(handle, Pending(obj, obj, cname, meta, int(nbytes)))
 
 

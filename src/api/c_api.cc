@@ -123,16 +123,24 @@ int Redeclare(byteps::worker::Engine& e, const Declared& d) {
 
 // A request for `what` ("push_pull", "allgather") of `name`, its output and dtype checked.
 StatusOr<byteps::worker::TensorRequest> RequestFor(const char* what, const char* name, void* output, size_t bytes,
-                                                   int dtype, int priority) {
+                                                   int dtype, int priority, int device_kind, int device_index,
+                                                   void* stream) {
   if (name == nullptr) return byteps::InvalidArgument(fmt::format("{}: name is NULL", what));
   auto dt = byteps::DataTypeFromCode(dtype);
   if (!dt) return byteps::InvalidArgument(fmt::format("{} of '{}': unsupported dtype code {}", what, name, dtype));
+  if (device_kind != BYTEPS_DEVICE_CPU && device_kind != BYTEPS_DEVICE_CUDA && device_kind != BYTEPS_DEVICE_FAKE) {
+    return byteps::InvalidArgument(
+        fmt::format("{} of '{}': unknown device kind {} (0 cpu, 1 cuda, 2 fake)", what, name, device_kind));
+  }
   byteps::worker::TensorRequest r;
   r.name = name;
   r.output = output;
   r.bytes = bytes;
   r.dtype = *dt;
   r.priority = priority;
+  if (device_kind != BYTEPS_DEVICE_CPU) {
+    r.device = {static_cast<byteps::device::Kind>(device_kind), device_index, stream};
+  }
   return r;
 }
 
@@ -271,33 +279,20 @@ int byteps_declare_tensor(const char* name, size_t bytes, int dtype) {
 
 byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes, int dtype,
                                        int average, int priority) {
-  ClearError();
-  auto e = GetEngine();
-  if (!e) return -1;
-  auto r = RequestFor("push_pull", name, output, bytes, dtype, priority);
-  if (!r.ok()) return SetError(r.status());
-  r->input = input;
-  r->average = average != 0;
-  return Start(*e, *r);
+  return byteps_push_pull_async_on(name, input, output, bytes, dtype, average, priority, BYTEPS_DEVICE_CPU, 0,
+                                   nullptr);
 }
 
 byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
                                           int average, int priority, int device_kind, int device_index,
                                           void* stream) {
-  if (device_kind == BYTEPS_DEVICE_CPU) return byteps_push_pull_async(name, input, output, bytes, dtype, average, priority);
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
-  auto r = RequestFor("push_pull", name, output, bytes, dtype, priority);
+  auto r = RequestFor("push_pull", name, output, bytes, dtype, priority, device_kind, device_index, stream);
   if (!r.ok()) return SetError(r.status());
-  if (device_kind != BYTEPS_DEVICE_CUDA && device_kind != BYTEPS_DEVICE_FAKE) {
-    return SetError(byteps::InvalidArgument(fmt::format("push_pull of '{}': unknown device kind {} (0 cpu, 1 cuda, "
-                                                        "2 fake)",
-                                                        r->name, device_kind)));
-  }
   r->input = input;
   r->average = average != 0;
-  r->device = {static_cast<byteps::device::Kind>(device_kind), device_index, stream};
   return Start(*e, *r);
 }
 
@@ -315,10 +310,17 @@ int byteps_device_built(int device_kind) {
 
 byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,
                                        size_t total_bytes, size_t slice_offset, int dtype, int priority) {
+  return byteps_allgather_async_on(name, input, slice_bytes, output, total_bytes, slice_offset, dtype, priority,
+                                   BYTEPS_DEVICE_CPU, 0, nullptr);
+}
+
+byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, size_t slice_bytes, void* output,
+                                          size_t total_bytes, size_t slice_offset, int dtype, int priority,
+                                          int device_kind, int device_index, void* stream) {
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
-  auto r = RequestFor("allgather", name, output, total_bytes, dtype, priority);
+  auto r = RequestFor("allgather", name, output, total_bytes, dtype, priority, device_kind, device_index, stream);
   if (!r.ok()) return SetError(r.status());
   if (slice_offset > total_bytes || slice_bytes > total_bytes - slice_offset) {
     return SetError(byteps::InvalidArgument(fmt::format(
@@ -326,6 +328,12 @@ byteps_handle_t byteps_allgather_async(const char* name, const void* input, size
         total_bytes)));
   }
   if (e->local_size() > 1) {
+    if (!r->device.on_host()) {
+      return SetError(byteps::Precondition(fmt::format(
+          "allgather of '{}': a device tensor on a host with several processes (BYTEPS_LOCAL_SIZE={}) is not built "
+          "yet; pass a CPU tensor",
+          r->name, e->local_size())));
+    }
     // A host's processes reduce locally by summing: the slice goes into a zeroed output, whose sum
     // over all workers is the concatenation (x + 0, exact).
     auto* out = static_cast<uint8_t*>(output);
@@ -347,6 +355,11 @@ byteps_handle_t byteps_allgather_async(const char* name, const void* input, size
 
 byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
                                        int priority) {
+  return byteps_broadcast_async_on(name, buffer, bytes, dtype, root_rank, priority, BYTEPS_DEVICE_CPU, 0, nullptr);
+}
+
+byteps_handle_t byteps_broadcast_async_on(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
+                                          int priority, int device_kind, int device_index, void* stream) {
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
@@ -356,7 +369,8 @@ byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t by
   }
   // The servers forward the root's bytes: a concatenation in which only the root has a slice.
   const bool root = e->rank() == root_rank;
-  return byteps_allgather_async(name, buffer, root ? bytes : 0, buffer, bytes, 0, dtype, priority);
+  return byteps_allgather_async_on(name, buffer, root ? bytes : 0, buffer, bytes, 0, dtype, priority, device_kind,
+                                   device_index, stream);
 }
 
 int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s) {

@@ -108,25 +108,28 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "allgather_async",
       [](const std::string& name, uintptr_t input, size_t slice_bytes, uintptr_t output, size_t total_bytes,
-         size_t slice_offset, int dtype, int priority) {
-        byteps_handle_t h = byteps_allgather_async(name.c_str(), reinterpret_cast<const void*>(input), slice_bytes,
-                                                   reinterpret_cast<void*>(output), total_bytes, slice_offset, dtype,
-                                                   priority);
+         size_t slice_offset, int dtype, int priority, int device_kind, int device_index, uintptr_t stream) {
+        byteps_handle_t h = byteps_allgather_async_on(
+            name.c_str(), reinterpret_cast<const void*>(input), slice_bytes, reinterpret_cast<void*>(output),
+            total_bytes, slice_offset, dtype, priority, device_kind, device_index, reinterpret_cast<void*>(stream));
         if (h < 0) Raise();
         return h;
       },
       py::arg("name"), py::arg("input"), py::arg("slice_bytes"), py::arg("output"), py::arg("total_bytes"),
-      py::arg("slice_offset"), py::arg("dtype"), py::arg("priority") = 0);
+      py::arg("slice_offset"), py::arg("dtype"), py::arg("priority") = 0, py::arg("device_kind") = 0,
+      py::arg("device_index") = 0, py::arg("stream") = 0);
   m.def(
       "broadcast_async",
-      [](const std::string& name, uintptr_t buffer, size_t nbytes, int dtype, int root_rank, int priority) {
-        byteps_handle_t h = byteps_broadcast_async(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype,
-                                                   root_rank, priority);
+      [](const std::string& name, uintptr_t buffer, size_t nbytes, int dtype, int root_rank, int priority,
+         int device_kind, int device_index, uintptr_t stream) {
+        byteps_handle_t h = byteps_broadcast_async_on(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype,
+                                                      root_rank, priority, device_kind, device_index,
+                                                      reinterpret_cast<void*>(stream));
         if (h < 0) Raise();
         return h;
       },
       py::arg("name"), py::arg("buffer"), py::arg("nbytes"), py::arg("dtype"), py::arg("root_rank"),
-      py::arg("priority") = 0);
+      py::arg("priority") = 0, py::arg("device_kind") = 0, py::arg("device_index") = 0, py::arg("stream") = 0);
   m.def("poll", [](int64_t h) { return Check(byteps_poll(h)) == 1; }, py::arg("handle"));
   m.def(
       "wait",

@@ -1,7 +1,8 @@
 """The device path through the C ABI and real processes, on the fake device backend (whose
 "device memory" is host memory only its stream threads touch): byteps_push_pull_async_on with
 BYTEPS_DEVICE_FAKE in a 2-worker, 2-server job sums exactly, for every dtype, in place and out of
-place, averaged or not, over many partitions; an unknown device kind is a named error.  (CUDA
+place, averaged or not, over many partitions; allgather (uneven slices) and broadcast of device
+tensors concatenate on the servers; an unknown device kind is a named error.  (CUDA
 tensors themselves need a GPU: scripts/gpu-check.sh.)"""
 
 from __future__ import annotations
@@ -45,6 +46,23 @@ for rnd in range(3):
         tol = 0.02 * np.abs(want) + 1e-3 if dt == np.float16 else 1e-9 * np.abs(want)
         if not np.all(np.abs(got - want) <= tol):
             fails.append(f"{dt.__name__}[{n}] round {rnd}")
+# Allgather (uneven slices: rank r gives r + 2 float32 values) and broadcast from rank 1.
+counts = [r + 2 for r in range(size)]
+mine = np.full(counts[rank], rank + 1, dtype=np.float32)
+gathered = np.zeros(sum(counts), dtype=np.float32)
+h = _basics.start_allgather("dev.gather", mine.ctypes.data, mine.nbytes, gathered.ctypes.data, gathered.nbytes,
+                            4 * sum(counts[:rank]), core.FLOAT32, 0, mine, gathered,
+                            device=(core.DEVICE_FAKE, rank, 0))
+_basics.synchronize(h)
+want = np.concatenate([np.full(c, r + 1, dtype=np.float32) for r, c in enumerate(counts)])
+if not np.array_equal(gathered, want):
+    fails.append(f"allgather {gathered.tolist()}")
+b = np.arange(3000, dtype=np.int64) * (rank + 1)
+h = _basics.start_broadcast("dev.bcast", b.ctypes.data, b.nbytes, core.INT64, 1, 0, b,
+                            device=(core.DEVICE_FAKE, rank, 0))
+_basics.synchronize(h)
+if not np.array_equal(b, np.arange(3000, dtype=np.int64) * 2):
+    fails.append("broadcast")
 try:
     core.push_pull_async("dev.bad", 1, 1, 4, core.FLOAT32, False, 0, 9, 0, 0)
     fails.append("device kind 9 accepted")

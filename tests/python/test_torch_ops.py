@@ -253,10 +253,10 @@ def test_cuda_tensor_message_without_a_gpu(bps):
     for fn in (bps.push_pull_async, bps.push_pull_async_inplace):
         with pytest.raises(ValueError, match=want):
             fn(fake, name="cuda")
-    # Calls whose CUDA path is not built say so (the broadcasts and allgather).
-    if core.device_built(core.DEVICE_CUDA):
-        with pytest.raises(ValueError, match="does not take CUDA tensors yet"):
-            bps.ops.broadcast_async_inplace(fake, 0, name="cuda.b")
+    for call in (lambda: bps.ops.broadcast_async_inplace(fake, 0, name="cuda.b"),
+                 lambda: bps.ops.allgather_async_into(fake, fake, 0, name="cuda.g")):
+        with pytest.raises(ValueError, match=want):
+            call()
 
 
 def test_import_does_not_load_the_core():

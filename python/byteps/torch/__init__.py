@@ -13,8 +13,8 @@
 or wrap the model instead: ``byteps.torch.parallel.DistributedDataParallel(model)``.
 
 This build takes CPU tensors (dense, contiguous; uint8, int8, int32, int64, float16, bfloat16,
-float32, float64); push_pull also takes CUDA tensors of the process's current device where the
-core was built with CUDA (the broadcasts and allgather: CPU only).  See :mod:`byteps.torch.ops` for the
+float32, float64), and CUDA tensors of the process's current device where the core was built with
+CUDA.  See :mod:`byteps.torch.ops` for the
 operations and naming rules, :mod:`byteps._basics` for init/shutdown.  Unlike BytePS, rank() and
 size() raise before init(), and unnamed tensors do not collide; ``BYTEPS_ENABLE_ASYNC=1`` runs
 synchronous training with a warning.  Horovod's calls (``allreduce``, ``broadcast``,

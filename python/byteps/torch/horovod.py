@@ -181,7 +181,7 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None, **kwargs) -> tor
         raise ValueError(f"allgather of '{base}': only the first dimension may differ between workers; their other "
                          f"dimensions are {dict(enumerate(shapes))}")
     counts = [int(x) for x in meta[:size()]]
-    out = torch.empty((sum(counts), *t.shape[1:]), dtype=t.dtype)
+    out = torch.empty((sum(counts), *t.shape[1:]), dtype=t.dtype, device=t.device)
     row_bytes = math.prod(t.shape[1:]) * t.element_size()
     # The servers concatenate: each worker sends only its rows. A name keeps its size in the core:
     # the total length is part of the data's name.

@@ -65,15 +65,14 @@ def dtype_code(dtype: torch.dtype) -> int:
     return getattr(_basics.core(), key)
 
 
-def check_tensor(tensor, allow_cuda: bool = False) -> int:
+def check_tensor(tensor) -> int:
     """Validates a tensor for push_pull and returns its dtype code.
 
     Raises:
         TypeError: not a tensor, or an unsupported dtype (named).
-        ValueError: not dense, or not contiguous; on a device other than the CPU and, where
-            ``allow_cuda``, the process's current CUDA device; a CUDA tensor in a byteps built
-            without CUDA (how to rebuild), or where ``allow_cuda`` is False (the call's CUDA path
-            is not built: pass a CPU tensor).
+        ValueError: not dense, or not contiguous; on a device other than the CPU and the
+            process's current CUDA device; a CUDA tensor in a byteps built without CUDA (how to
+            rebuild) or in a process where torch sees no GPU.
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"byteps.torch needs a torch.Tensor, got {type(tensor).__name__}")
@@ -85,9 +84,6 @@ def check_tensor(tensor, allow_cuda: bool = False) -> int:
             raise ValueError(f"this byteps was built without CUDA: rebuild with the CUDA toolkit installed "
                              f"(pip install . or scripts/build.sh find it under /usr/local/cuda), or pass a CPU "
                              f"tensor (tensor on {tensor.device})")
-        if not allow_cuda:
-            raise ValueError(f"this call does not take CUDA tensors yet (tensor on {tensor.device}); pass "
-                             f"tensor.cpu() and copy the result back")
         if not torch.cuda.is_available():
             raise ValueError(f"tensor on {tensor.device}, but torch finds no CUDA device in this process "
                              f"(torch.cuda.is_available() is False)")
@@ -126,7 +122,8 @@ def broadcast_async_inplace(tensor: torch.Tensor, root_rank: int, name: Optional
     """Starts replacing ``tensor`` by ``root_rank``'s, in place (the servers forward the root's
     bytes; the other ranks send none); returns a handle for :func:`synchronize`."""
     code = check_tensor(tensor)
-    return _basics.start_broadcast(name, tensor.data_ptr(), _nbytes(tensor), code, root_rank, priority, tensor)
+    return _basics.start_broadcast(name, tensor.data_ptr(), _nbytes(tensor), code, root_rank, priority, tensor,
+                                   device=_device_of(tensor))
 
 
 def allgather_async_into(tensor: torch.Tensor, output: torch.Tensor, offset_bytes: int, name: Optional[str] = None,
@@ -137,8 +134,10 @@ def allgather_async_into(tensor: torch.Tensor, output: torch.Tensor, offset_byte
     code = check_tensor(tensor)
     if check_tensor(output) != code:
         raise TypeError(f"allgather: output dtype {output.dtype} differs from the input's {tensor.dtype}")
+    if output.device != tensor.device:
+        raise ValueError(f"allgather: output on {output.device}, input on {tensor.device}; use one device")
     return _basics.start_allgather(name, tensor.data_ptr(), _nbytes(tensor), output.data_ptr(), _nbytes(output),
-                                   offset_bytes, code, priority, tensor, output)
+                                   offset_bytes, code, priority, tensor, output, device=_device_of(tensor))
 
 
 def declare(name: str) -> int:
@@ -168,7 +167,7 @@ def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[s
     is sent first.  ``version`` is accepted for compatibility and ignored.
     """
     del version
-    code = check_tensor(tensor, allow_cuda=True)
+    code = check_tensor(tensor)
     output = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     return _start(tensor, output, code, average, name, priority)
 
@@ -177,7 +176,7 @@ def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True, name: Op
                             version: int = 0, priority: int = 0) -> int:
     """Starts summing ``tensor`` over all workers in place; returns a handle."""
     del version
-    code = check_tensor(tensor, allow_cuda=True)
+    code = check_tensor(tensor)
     return _start(tensor, tensor, code, average, name, priority)
 
 

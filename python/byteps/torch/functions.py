@@ -50,13 +50,13 @@ def broadcast_parameters(params, root_rank, prefix="Parameter."):
         for name, p in params:
             if not isinstance(p, torch.Tensor):
                 raise TypeError(f"broadcast_parameters: {name or 'an entry'} is a {type(p).__name__}, not a tensor")
-            if p.numel() > 0 and p.device.type == "cpu":
-                alias = (p.data_ptr(), p.dtype, tuple(p.shape), p.stride())
+            if p.numel() > 0:
+                alias = (str(p.device), p.data_ptr(), p.dtype, tuple(p.shape), p.stride())
                 if alias in seen:
                     continue  # tied weights: one broadcast fills both
                 seen.add(alias)
             buf = p.view(torch.uint8) if p.dtype == torch.bool else p
-            if not buf.is_contiguous() and buf.device.type == "cpu":
+            if not buf.is_contiguous():
                 buf = buf.contiguous()  # a copy, written back below
             # The servers forward the root's bytes (the other ranks send none).
             handle = ops.broadcast_async_inplace(buf, root_rank, name=None if name is None else prefix + name)

@@ -144,6 +144,38 @@ TEST(DeviceClusterTest, FakeDeviceTensorsSumExactlyAndNothingWaitsOnTheFramework
   EXPECT_TRUE(h.ShutdownAll().ok());
 }
 
+// Workers disagreeing on a device tensor's size (or dtype) fail alike, naming the tensor, as on
+// the CPU path; nothing hangs, and the job goes on with other tensors.
+TEST(DeviceClusterTest, MismatchedDeviceTensorsAcrossWorkersFailNamingTheTensor) {
+  HarnessOptions o;
+  o.num_workers = 2;
+  o.num_servers = 1;
+  ClusterHarness h(o);
+  ASSERT_TRUE(h.StartWorkers().ok());
+  std::vector<float> a(100, 1), b(200, 1);
+  auto request = [](const char* name, std::vector<float>& v, int w, DataType dt) {
+    worker::TensorRequest r;
+    r.name = name;
+    r.input = r.output = v.data();
+    r.bytes = v.size() * 4;
+    r.dtype = dt;
+    r.device = {device::Kind::kFake, 200 + w, nullptr};
+    return r;
+  };
+  for (const auto& [name, dt1] : {std::pair{"dev.size", DataType::kFloat32}, std::pair{"dev.dtype", DataType::kInt32}}) {
+    auto& second = std::string(name) == "dev.size" ? b : a;
+    auto h0 = h.worker(0).Enqueue(request(name, a, 0, DataType::kFloat32));
+    auto h1 = h.worker(1).Enqueue(request(name, second, 1, dt1));
+    ASSERT_TRUE(h0.ok() && h1.ok());
+    Status s0 = h.worker(0).Wait(*h0, 10), s1 = h.worker(1).Wait(*h1, 10);
+    ASSERT_FALSE(s0.ok()) << name;
+    ASSERT_FALSE(s1.ok()) << name;
+    EXPECT_NE(s0.code(), StatusCode::kDeadlineExceeded) << s0.message();
+    EXPECT_NE(s0.message().find(name), std::string::npos) << s0.message();
+    EXPECT_NE(s1.message().find(name), std::string::npos) << s1.message();
+  }
+}
+
 TEST(DeviceClusterTest, ACudaTensorWithoutAGpuIsRefusedNamingTheCause) {
   HarnessOptions o;
   o.num_workers = 1;

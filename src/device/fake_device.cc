@@ -221,6 +221,11 @@ class FakeDeviceImpl final : public FakeDevice {
     });
     return Status::Ok();
   }
+  Status Enqueue(StreamHandle h, std::function<Status()> work) override {
+    BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
+    s->Push([work = std::move(work)](const Status& so_far) { return so_far.ok() ? work() : so_far; });
+    return Status::Ok();
+  }
   uint64_t copies() const override { return copies_.load(); }
   uint64_t copied_bytes() const override { return copied_bytes_.load(); }
 

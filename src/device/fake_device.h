@@ -38,6 +38,9 @@ class FakeDevice : public Device {
   virtual void SetOptions(const FakeOptions& options) = 0;
   virtual std::shared_ptr<FakeGate> Hold(StreamHandle stream) = 0;
   virtual Status Launch(StreamHandle stream, std::function<void()> work) = 0;
+  // Like Launch, for work that can fail: an error breaks the stream (later events and callbacks
+  // carry it), as a failed kernel does.
+  virtual Status Enqueue(StreamHandle stream, std::function<Status()> work) = 0;
   // Counters, for tests: copies run, and how often a caller blocked in WaitEvent-like waits.
   virtual uint64_t copies() const = 0;
   virtual uint64_t copied_bytes() const = 0;

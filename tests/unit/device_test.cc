@@ -12,6 +12,7 @@
 
 #include "device/device.h"
 #include "device/fake_device.h"
+#include "device/group.h"
 
 namespace byteps::device {
 namespace {
@@ -160,6 +161,121 @@ TEST(FakeDevice, CopiesTakeTheirConfiguredTimeAndEventsReportIt) {
   fake->DestroyEvent(*e);
   fake->DestroyStream(*s);
   fake->SetOptions({});
+}
+
+}  // namespace
+}  // namespace byteps::device
+
+// Groups: the fake backend's ranks meet in this process; the NCCL backend needs GPUs (skipped).
+namespace byteps::device {
+namespace {
+
+struct Ranks {
+  std::vector<std::shared_ptr<FakeDevice>> devs;
+  std::vector<StreamHandle> streams;
+  std::vector<std::unique_ptr<Group>> groups;
+};
+
+Ranks JoinFake(int n, int first_index) {
+  Ranks r;
+  auto id = NewGroupId(Kind::kFake);
+  EXPECT_TRUE(id.ok());
+  std::vector<std::future<StatusOr<std::unique_ptr<Group>>>> joins;
+  for (int i = 0; i < n; ++i) {
+    r.devs.push_back(FakeDevice::Get(first_index + i));
+    r.streams.push_back(r.devs.back()->CreateStream().value());
+    joins.push_back(std::async(std::launch::async, [&, i] { return JoinGroup(r.devs[i], *id, i, n, 10); }));
+  }
+  for (auto& j : joins) {
+    auto g = j.get();
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    r.groups.push_back(g.ok() ? std::move(g).value() : nullptr);
+  }
+  return r;
+}
+
+Status Drain(Device& d, StreamHandle s) {
+  auto e = d.RecordEvent(s);
+  if (!e.ok()) return e.status();
+  Status st = d.WaitEvent(*e, 30);
+  d.DestroyEvent(*e);
+  return st;
+}
+
+TEST(FakeGroup, ReduceToTheRootAndBroadcastBackInQueueOrder) {
+  Ranks r = JoinFake(3, 20);
+  ASSERT_EQ(r.groups.size(), 3u);
+  std::vector<std::vector<float>> x(3), sum(3);
+  std::vector<std::vector<int64_t>> y(3);
+  for (int i = 0; i < 3; ++i) {
+    x[i].assign(1000, static_cast<float>(i + 1));
+    sum[i].assign(1000, -1.0f);
+    y[i].assign(10, i == 2 ? 42 : 0);
+  }
+  // Each rank queues the same two collectives, from its own thread, in the same order.
+  std::vector<std::future<void>> fs;
+  for (int i = 0; i < 3; ++i) {
+    fs.push_back(std::async(std::launch::async, [&, i] {
+      ASSERT_TRUE(r.groups[i]->Reduce(x[i].data(), sum[i].data(), 1000, DataType::kFloat32, 1, r.streams[i]).ok());
+      ASSERT_TRUE(r.groups[i]->Broadcast(y[i].data(), 80, 2, r.streams[i]).ok());
+      EXPECT_TRUE(Drain(*r.devs[i], r.streams[i]).ok());
+    }));
+  }
+  for (auto& f : fs) f.get();
+  EXPECT_EQ(sum[1][0], 6.0f);  // 1 + 2 + 3 on the root
+  EXPECT_EQ(sum[1][999], 6.0f);
+  EXPECT_EQ(sum[0][0], -1.0f);  // recv ignored elsewhere
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i][9], 42) << i;
+  for (int i = 0; i < 3; ++i) r.devs[i]->DestroyStream(r.streams[i]);
+}
+
+TEST(FakeGroup, RanksQueueingDifferentCollectivesFailTheirStreamsInsteadOfSummingWrong) {
+  Ranks r = JoinFake(2, 30);
+  std::vector<float> a(8, 1), b(16, 1), out(16, 0);
+  ASSERT_TRUE(r.groups[0]->Reduce(a.data(), out.data(), 8, DataType::kFloat32, 0, r.streams[0]).ok());
+  ASSERT_TRUE(r.groups[1]->Reduce(b.data(), out.data(), 16, DataType::kFloat32, 0, r.streams[1]).ok());
+  for (int i = 0; i < 2; ++i) {
+    Status st = Drain(*r.devs[i], r.streams[i]);
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("queued different collectives"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(out[0], 0.0f);
+  for (int i = 0; i < 2; ++i) r.devs[i]->DestroyStream(r.streams[i]);
+}
+
+TEST(FakeGroup, AJoinThatNobodyAnswersFailsNamingTheDeviceAndRank) {
+  auto id = NewGroupId(Kind::kFake);
+  ASSERT_TRUE(id.ok());
+  auto g = JoinGroup(FakeDevice::Get(40), *id, 1, 2, 0.05);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("group init on fake:40 (rank 1 of 2) failed"), std::string::npos)
+      << g.status().message();
+  EXPECT_FALSE(NewGroupId(Kind::kCpu).ok());
+  EXPECT_FALSE(JoinGroup(FakeDevice::Get(40), *id, 2, 2, 1).ok());  // rank out of range
+}
+
+TEST(NcclGroup, NeedsGpus) {
+  auto dev = Open(Kind::kCuda, 0);
+  if (!dev.ok()) GTEST_SKIP() << dev.status().message();
+  // One GPU here at most: a group of one still exercises init, reduce and broadcast.
+  auto id = NewGroupId(Kind::kCuda);
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto g = JoinGroup(*dev, *id, 0, 1, 30);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto buf = (*dev)->AllocDevice(4096);
+  auto host = (*dev)->AllocHost(4096);
+  ASSERT_TRUE(buf.ok() && host.ok());
+  std::vector<float> ones(1024, 1.0f);
+  auto s = (*dev)->CreateStream();
+  ASSERT_TRUE((*dev)->CopyAsync(*buf, ones.data(), 4096, CopyKind::kHostToDevice, *s).ok());
+  ASSERT_TRUE((*g)->Reduce(*buf, *buf, 1024, DataType::kFloat32, 0, *s).ok());
+  ASSERT_TRUE((*g)->Broadcast(*buf, 4096, 0, *s).ok());
+  ASSERT_TRUE((*dev)->CopyAsync(*host, *buf, 4096, CopyKind::kDeviceToHost, *s).ok());
+  ASSERT_TRUE(Drain(**dev, *s).ok());
+  EXPECT_EQ(static_cast<float*>(*host)[1023], 1.0f);
+  (*dev)->DestroyStream(*s);
+  (*dev)->FreeDevice(*buf);
+  (*dev)->FreeHost(*host);
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+#include "device/group.h"
+
+#include <fmt/format.h>
+
+#include "device/group_backends.h"
+
+namespace byteps::device {
+
+StatusOr<std::string> NewGroupId(Kind kind) {
+  switch (kind) {
+    case Kind::kFake:
+      return NewFakeGroupId();
+    case Kind::kCuda:
+      return NewNcclGroupId();
+    case Kind::kCpu:
+      break;
+  }
+  return InvalidArgument(fmt::format("{} devices form no group (host memory is reduced on the CPU)", KindName(kind)));
+}
+
+StatusOr<std::unique_ptr<Group>> JoinGroup(std::shared_ptr<Device> device, const std::string& id, int rank, int size,
+                                           double timeout_s) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgument(fmt::format("group on {}: rank {} of {} is out of range", device->name(), rank, size));
+  }
+  switch (device->kind()) {
+    case Kind::kFake:
+      return JoinFakeGroup(std::move(device), id, rank, size, timeout_s);
+    case Kind::kCuda:
+      return JoinNcclGroup(std::move(device), id, rank, size, timeout_s);
+    case Kind::kCpu:
+      break;
+  }
+  return InvalidArgument(fmt::format("{} devices form no group (host memory is reduced on the CPU)", device->name()));
+}
+
+}  // namespace byteps::device

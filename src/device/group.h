@@ -1,0 +1,42 @@
+// A group of devices on one host that reduce and broadcast among themselves, on their own streams
+// (NCCL for CUDA; the fake device's in-process rendezvous for tests). The local reduce of a host's
+// GPUs is built on it: reduce to the local root's GPU, push-pull from there, broadcast back.
+//
+// Every rank must queue the same collectives in the same order (NCCL's rule); the caller orders
+// them (the local root decides and tells the others). A collective is queued on `stream` after
+// the work already there and returns at once; its completion is observed through the device's
+// events / OnDone on that stream.
+//
+// Threading: one Group is used by one thread at a time (the caller serialises its collectives).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "device/device.h"
+
+namespace byteps::device {
+
+class Group {
+ public:
+  virtual ~Group() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The element-wise sum of every rank's `count` elements at `send` lands in `recv` on `root`
+  // (`recv` is ignored elsewhere; send == recv is allowed).
+  virtual Status Reduce(const void* send, void* recv, size_t count, DataType dtype, int root, StreamHandle stream) = 0;
+  // `root`'s `bytes` at `buf` land in every rank's `buf`.
+  virtual Status Broadcast(void* buf, size_t bytes, int root, StreamHandle stream) = 0;
+};
+
+// A new group's id (ncclGetUniqueId for cuda), which rank 0 hands to the others out of band.
+StatusOr<std::string> NewGroupId(Kind kind);
+// Joins group `id` as `rank` of `size` on `device`; blocks until every rank joined or `timeout_s`
+// passed. Errors name the device and the rank ("NCCL init on cuda:1 (local rank 1 of 4) failed: ...").
+StatusOr<std::unique_ptr<Group>> JoinGroup(std::shared_ptr<Device> device, const std::string& id, int rank, int size,
+                                           double timeout_s);
+
+}  // namespace byteps::device

@@ -61,6 +61,16 @@ else
   record single failed; status=1
 fi
 
+step "byteps bench on loopback: CUDA tensors against CPU tensors (1 worker, 1 server)"
+for dev in cpu cuda; do
+  if timeout 240 "$PY" -m byteps.launcher.bpsrun -n 1 -s 1 --force-distributed -- python/byteps/_bin/byteps-core \
+       bench --min-bytes 4M --max-bytes 256M --step-factor 4 --iters 20 --device $dev --json "$OUT/bench-$dev.json"; then
+    record "bench_$dev" "$(cat "$OUT/bench-$dev.json")"
+  else
+    record "bench_$dev" failed; status=1
+  fi
+done
+
 step "two workers sharing the GPU, CPU servers"
 if timeout 300 "$PY" -m byteps.launcher.bpsrun -n 2 -s 1 -- "$PY" scripts/gpu_check.py worker; then
   record two_workers ok

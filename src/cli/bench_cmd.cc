@@ -1,5 +1,8 @@
 #include "cli/bench_cmd.h"
 
+#include "device/device.h"
+#include "device/fake_device.h"
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -223,6 +226,19 @@ int RunManyTensors(const config::Config& config, worker::Engine& e, const BenchO
   return 0;
 }
 
+// The device the sweep's tensors live on: null for the host.
+StatusOr<std::shared_ptr<device::Device>> OpenBenchDevice(const BenchOptions& o) {
+  if (o.device == "cpu") return std::shared_ptr<device::Device>();
+  if (o.device == "fake") {
+    if (!(o.fake_copy_gbps > 0)) return InvalidArgument("--fake-copy-gbps must be > 0");
+    auto fake = device::FakeDevice::Get(0);
+    fake->SetOptions({5e-6, o.fake_copy_gbps * 1e9});
+    return std::shared_ptr<device::Device>(fake);
+  }
+  if (o.device == "cuda") return device::Open(device::Kind::kCuda, 0);
+  return InvalidArgument(fmt::format("unknown device '{}' (cpu, cuda, fake)", o.device));
+}
+
 }  // namespace
 
 int RunBench(const config::Config& config, const BenchOptions& o) {
@@ -245,13 +261,33 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
     const size_t esize = DataTypeSize(*dt);
     const int n = e.size();
     const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 1.0;
-    std::vector<uint8_t> buf(std::max(o.max_bytes, esize), 0);
+    std::vector<uint8_t> host_buf;
+    auto dev = OpenBenchDevice(o);
+    if (!dev.ok()) {
+      fmt::print(stderr, "bench: --device {}: {}\n", o.device, dev.status().message());
+      return 2;
+    }
+    const size_t buf_bytes = std::max(o.max_bytes, esize);
+    uint8_t* buf = nullptr;
+    if (*dev) {
+      auto p = (*dev)->AllocDevice(buf_bytes);
+      if (!p.ok()) {
+        fmt::print(stderr, "bench: {}\n", p.status().message());
+        return 1;
+      }
+      buf = static_cast<uint8_t*>(*p);
+    } else {
+      host_buf.assign(buf_bytes, 0);
+      buf = host_buf.data();
+    }
     nlohmann::json rows = nlohmann::json::array();
     int settled_at = 0;
     bool settled = false;
     if (e.rank() == 0) {
-      fmt::print("# byteps bench: {} workers, {} servers, partition {} B, credit {} B, dtype {}\n", n,
-                 config.num_servers, e.partition_bytes(), e.credit_bytes(), o.dtype);
+      fmt::print("# byteps bench: {} workers, {} servers, partition {} B, credit {} B, dtype {}, tensors on {}\n", n,
+                 config.num_servers, e.partition_bytes(), e.credit_bytes(), o.dtype,
+                 *dev ? (*dev)->name() + (o.device == "fake" ? fmt::format(" (copies at {} GB/s)", o.fake_copy_gbps) : "")
+                      : std::string("the host"));
       fmt::print("{:>10} {:>12} {:>6} {:>12} {:>10} {:>10}\n", "size", "count", "iters", "time_us", "algbw_GBps",
                  "busbw_GBps");
     }
@@ -270,9 +306,10 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
       for (int it = 0; it < settle + o.warmup + iters; ++it) {
         worker::TensorRequest r;
         r.name = name;
-        r.input = r.output = buf.data();
+        r.input = r.output = buf;
         r.bytes = b;
         r.dtype = *dt;
+        if (*dev) r.device = {(*dev)->kind(), (*dev)->index(), nullptr};
         auto t0 = Clock::now();
         auto h = e.Enqueue(r);
         Status st = h.ok() ? e.Wait(h.value()) : h.status();
@@ -298,9 +335,10 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
       Emit(nlohmann::json{{"mode", "sweep"}, {"workers", n}, {"servers", config.num_servers},
                           {"partition_bytes", e.partition_bytes()}, {"credit_bytes", e.credit_bytes()},
                           {"settings", e.settings_report()}, {"settle_iterations", settled_at},
-                          {"dtype", o.dtype}, {"rows", rows}},
+                          {"dtype", o.dtype}, {"device", o.device}, {"rows", rows}},
            o);
     }
+    if (*dev) (*dev)->FreeDevice(buf);
   }
   Status st = e.Shutdown();
   if (!st.ok()) {

@@ -18,6 +18,8 @@ struct BenchOptions {
   std::string json_path;       // also write JSON here
   int tensors = 0;             // > 0: many-tensor mode (per-tensor overhead)
   size_t tensor_bytes = 4096;
+  std::string device = "cpu";  // sweep tensors in host memory, or on "cuda" / "fake" (device 0)
+  double fake_copy_gbps = 25;  // --device fake: the fake copies' bandwidth (GB/s; about PCIe 4 x16)
   bool raw_tcp = false;        // measure a plain loopback TCP stream instead
   double raw_seconds = 2.0;
 };

@@ -98,6 +98,8 @@ int main(int argc, char** argv) {
   bench->add_option("--json", bo.json_path, "also write the JSON result to this file");
   bench->add_option("--tensors", bo.tensors, "many-tensor mode: this many tensors per iteration");
   bench->add_option("--tensor-bytes", tb, "many-tensor mode: bytes per tensor");
+  bench->add_option("--device", bo.device, "where the sweep's tensors live: cpu, cuda (GPU 0) or fake (the test device)");
+  bench->add_option("--fake-copy-gbps", bo.fake_copy_gbps, "--device fake: its copies' bandwidth in GB/s");
   bench->add_flag("--raw-tcp", bo.raw_tcp, "measure a plain loopback TCP stream (no job needed)");
   bench->add_option("--raw-seconds", bo.raw_seconds, "duration of --raw-tcp");
   CLI11_PARSE(app, argc, argv);

@@ -144,9 +144,13 @@ class FakeDeviceImpl final : public FakeDevice {
     FakeOptions o = options();
     s->Push([this, dst, src, bytes, o](const Status& so_far) {
       if (!so_far.ok()) return so_far;
-      const double t = o.copy_latency_s + (o.copy_bytes_per_s > 0 ? bytes / o.copy_bytes_per_s : 0.0);
-      if (t > 0) std::this_thread::sleep_for(std::chrono::duration<double>(t));
+      // The copy takes latency + bytes / bandwidth in all: the memmove's own time counts towards it.
+      const auto start = std::chrono::steady_clock::now();
       if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
+      const double t = o.copy_latency_s + (o.copy_bytes_per_s > 0 ? bytes / o.copy_bytes_per_s : 0.0);
+      const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                   std::chrono::duration<double>(t));
+      if (t > 0) std::this_thread::sleep_until(end);
       copies_.fetch_add(1);
       copied_bytes_.fetch_add(bytes);
       return Status::Ok();

@@ -1,7 +1,7 @@
 // The fake backend: a device whose asynchrony is real, for testing the GPU path's ordering and
 // waiting logic on a machine without a GPU. Device memory is host memory, but it is touched only by
 // the device's own streams. Each stream (the default one included) is a thread that runs its queue
-// in order: copies take `latency_s + bytes / bytes_per_s`, events complete when the stream reaches
+// in order: copies take `latency_s + bytes / bytes_per_s` (the memmove itself included), events complete when the stream reaches
 // them, a wait holds the stream (not the caller) until its event completed. Tests can also queue
 // their own work on a stream (Launch: a "kernel") and hold a stream closed (Hold) to prove that
 // nobody waits on it from the CPU.

@@ -33,10 +33,14 @@ template <typename Then>
 void CompleteWhenDone(StageSink* sink, InFlightCopies* in_flight, DeviceStaging::Slot* slot,
                       device::StreamHandle stream, PartitionTask* t, Then then) {
   in_flight->Add(t);
-  Status st = slot->device->OnDone(stream, [sink, in_flight, t, then, where = Where(*t, *slot->device)](Status s) {
+  device::Device* dev = slot->device.get();  // lives as long as the staging, which outlives the copies
+  Status st = slot->device->OnDone(stream, [sink, in_flight, t, then, dev](Status s) {
     if (!in_flight->Take(t)) return;  // failed meanwhile (FailAll): completed already
-    if (s.ok()) then();
-    sink->Complete(t, s.WithContext(where));
+    if (s.ok()) {
+      then();
+      return sink->Complete(t, s);
+    }
+    sink->Complete(t, s.WithContext(Where(*t, *dev)));
   });
   if (!st.ok() && in_flight->Take(t)) sink->Complete(t, st.WithContext(Where(*t, *slot->device)));
 }

@@ -1,10 +1,30 @@
 #include "device/group.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "device/group_backends.h"
 
 namespace byteps::device {
+
+namespace {
+std::atomic<bool> g_fake_groups{false};
+}  // namespace
+
+void EnableFakeGroups(bool on) { g_fake_groups = on; }
+
+bool GroupsAvailable(Kind kind) {
+  switch (kind) {
+    case Kind::kFake:
+      return g_fake_groups.load();
+    case Kind::kCuda:
+      return NcclAvailable();
+    case Kind::kCpu:
+      break;
+  }
+  return false;
+}
 
 StatusOr<std::string> NewGroupId(Kind kind) {
   switch (kind) {

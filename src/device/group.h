@@ -32,6 +32,12 @@ class Group {
   virtual Status Broadcast(void* buf, size_t bytes, int root, StreamHandle stream) = 0;
 };
 
+// Whether devices of `kind` can form groups here: cuda when this build has NCCL's header and
+// libnccl.so.2 loads (the same answer for every process of a host); fake only once a test called
+// EnableFakeGroups (its groups meet inside one process, so separate processes cannot use them);
+// cpu never.
+bool GroupsAvailable(Kind kind);
+void EnableFakeGroups(bool on);
 // A new group's id (ncclGetUniqueId for cuda), which rank 0 hands to the others out of band.
 StatusOr<std::string> NewGroupId(Kind kind);
 // Joins group `id` as `rank` of `size` on `device`; blocks until every rank joined or `timeout_s`

@@ -21,6 +21,8 @@ namespace byteps::device {
 
 #if !(defined(BYTEPS_HAVE_CUDA) && defined(BYTEPS_HAVE_NCCL_H))
 
+bool NcclAvailable() { return false; }
+
 StatusOr<std::string> NewNcclGroupId() {
   return Precondition("this byteps was built without CUDA and NCCL headers: GPU groups (the NCCL local reduce) are "
                       "not available");
@@ -129,6 +131,8 @@ class NcclGroup final : public Group {
 };
 
 }  // namespace
+
+bool NcclAvailable() { return Load().loaded.ok(); }
 
 StatusOr<std::string> NewNcclGroupId() {
   const Nccl& n = Load();

@@ -28,7 +28,7 @@ uint16_t HeaderCrc(const uint8_t* header) {
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 24);
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 26);
 }
 
 const char* OpcodeName(Opcode op) {
@@ -51,6 +51,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kLocalDone: return "LocalDone";
     case Opcode::kAuthChallenge: return "AuthChallenge";
     case Opcode::kAuthResponse: return "AuthResponse";
+    case Opcode::kLocalGroup: return "LocalGroup";
+    case Opcode::kLocalGo: return "LocalGo";
   }
   return "Unknown";
 }

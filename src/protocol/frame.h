@@ -39,6 +39,10 @@ enum class Opcode : uint8_t {
   // Connection authentication (BYTEPS_JOB_SECRET set): the first frames both ways (auth.h).
   kAuthChallenge = 23,  // payload: kAuthNonceBytes random bytes
   kAuthResponse = 24,   // payload: HMAC-SHA256 proof over the peer's challenge (kAuthProofBytes)
+  // Same-host device groups (the GPU local reduce over a device group, e.g. NCCL).
+  kLocalGroup = 25,     // root -> non-root: the device group's id (payload); arg = device kind, sender = index
+  kLocalGo = 26,        // root -> non-root: queue the collective of (key, round) now; arg = 0 reduce, 1 broadcast,
+                        // 2 failed (request_id = the error's code, payload = its message)
 };
 
 // Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the

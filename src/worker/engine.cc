@@ -107,6 +107,7 @@ void Engine::StartPipeline() {
   pc.plane = links_.get();
   pc.host_rank = host_rank_;
   pc.size = size();
+  pc.start_timeout_s = config_.start_timeout_s;
   pipelines_ = std::make_unique<PipelineSet>(pc);
   loop->Start();
   {

@@ -170,6 +170,16 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       work = MaybeDeliverLocked({h.key, h.round});
       break;
     }
+    case Opcode::kLocalGroup:
+    case Opcode::kLocalGo: {  // non-root: a device group's frames, in the root's order
+      std::function<void(const Header&, const std::string&)> listener;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        listener = group_listener_;
+      }
+      if (listener && !is_root()) listener(h, payload);
+      return;
+    }
     case Opcode::kError: {  // the root's round failed (a server error, a dead server...)
       std::lock_guard<std::mutex> lock(mu_);
       Result& r = awaited_[{h.key, h.round}];

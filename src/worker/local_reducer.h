@@ -51,6 +51,8 @@ class LocalReducer : public transport::Handler {
   ~LocalReducer() override;
 
   bool is_root() const { return options_.local_rank == options_.local_size - 1; }
+  int local_rank() const { return options_.local_rank; }
+  int local_size() const { return options_.local_size; }
 
   // One partition of one round: `key` is its partition key, `offset`/`bytes` its place in the
   // tensor of `tensor_bytes` bytes.
@@ -62,6 +64,9 @@ class LocalReducer : public transport::Handler {
     size_t bytes = 0;
     size_t tensor_bytes = 0;
     DataType dtype = DataType::kFloat32;
+    // The bytes live in device memory and a device group moves them (group_stages.h): the
+    // reducer only counts who is ready; no shared memory is touched.
+    bool on_device = false;
   };
   // Non-root: writes `input` into this process's slot and tells the root. The result of the round
   // is taken with AwaitResult.
@@ -75,6 +80,11 @@ class LocalReducer : public transport::Handler {
   Status Publish(const Part& part, const void* result);
   // Root: tells every non-root that (key, round) failed (code in the header's arg, message as payload).
   void PublishError(uint64_t key, uint32_t round, const Status& error);
+  // Device groups (group_stages.h) use this process's local socket for their ordering: the root
+  // sends every non-root one frame (in the order of the calls), a non-root's listener gets the
+  // kLocalGroup / kLocalGo frames on the I/O thread, in that order.
+  Status SendToNonRoots(const protocol::Header& h, const std::string& payload);
+  void SetGroupListener(std::function<void(const protocol::Header&, const std::string&)> listener);
   // Fails everything waiting (e.g. the job failed elsewhere).
   void FailAll(const Status& st);
   // The first failure (OK while healthy).
@@ -140,6 +150,7 @@ class LocalReducer : public transport::Handler {
   std::map<uint32_t, std::unique_ptr<ShmSegment>> my_slots_;     // by declared key
   std::map<uint32_t, std::unique_ptr<ShmSegment>> result_maps_;  // by declared key
   std::map<RoundKey, Result> awaited_;
+  std::function<void(const protocol::Header&, const std::string&)> group_listener_;  // guarded by mu_
 };
 
 }  // namespace byteps::worker

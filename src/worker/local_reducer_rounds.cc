@@ -48,9 +48,11 @@ Status LocalReducer::Contribute(const Part& part, const void* input) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return failure_;
     const uint32_t dk = protocol::DeclaredKeyOf(part.key);
-    BYTEPS_RETURN_IF_ERROR(MapLocked(&my_slots_[dk], true, getpid(), SlotSuffix(options_.host_id, dk, options_.local_rank),
-                                     part.tensor_bytes));
-    if (part.bytes > 0) std::memcpy(my_slots_[dk]->data() + part.offset, input, part.bytes);
+    if (!part.on_device) {
+      BYTEPS_RETURN_IF_ERROR(MapLocked(&my_slots_[dk], true, getpid(),
+                                       SlotSuffix(options_.host_id, dk, options_.local_rank), part.tensor_bytes));
+      if (part.bytes > 0) std::memcpy(my_slots_[dk]->data() + part.offset, input, part.bytes);
+    }
     awaited_[{part.key, part.round}].part = part;
     root = root_;
   }
@@ -60,6 +62,7 @@ Status LocalReducer::Contribute(const Part& part, const void* input) {
   h.key = part.key;
   h.round = part.round;
   h.sender = static_cast<uint32_t>(options_.local_rank);
+  h.arg = part.on_device ? 1 : 0;  // 1: nothing in shared memory (a device group moves the bytes)
   return root->SendCopy(h, protocol::Encode(ki));
 }
 
@@ -128,6 +131,7 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
   Round round = std::move(r);
   rounds_.erase(it);
   if (!round.error.ok()) return [round] { round.done(round.error); };
+  if (round.part.on_device) return [round] { round.done(Status::Ok()); };  // all ready: the group sums
   // The slots' bytes for this round stay put until every local rank has the result (each rank's
   // next round of the partition waits for it), so the sum runs outside the lock.
   const uint32_t dk = protocol::DeclaredKeyOf(rk.first);
@@ -160,9 +164,11 @@ void LocalReducer::OnLocalReady(transport::Connection& c, const Header& h, const
     Peer& peer = pit->second;
     const uint32_t dk = protocol::DeclaredKeyOf(h.key);
     Round& r = rounds_[{h.key, h.round}];
-    Status st = MapLocked(&peer.slots[dk], false, peer.pid, SlotSuffix(options_.host_id, dk, pit->first),
-                          ki->tensor_bytes);
-    if (!st.ok() && r.error.ok()) r.error = st;
+    if (h.arg == 0) {  // 1: a device group's round, nothing in shared memory
+      Status st = MapLocked(&peer.slots[dk], false, peer.pid, SlotSuffix(options_.host_id, dk, pit->first),
+                            ki->tensor_bytes);
+      if (!st.ok() && r.error.ok()) r.error = st;
+    }
     if ((r.root_in || r.ready > 0) && r.part.name != ki->name && r.error.ok()) {
       r.error = InvalidArgument(fmt::format("local rank {} declared tensor '{}' where {} has '{}' "
                                             "(declare tensors in the same order in every process)",
@@ -205,6 +211,27 @@ void LocalReducer::PublishError(uint64_t key, uint32_t round, const Status& erro
   Header h = protocol::ErrorHeader(Opcode::kError, error.code(), key);  // the local ranks raise the same kind
   h.round = round;
   for (auto& c : conns) (void)c->SendCopy(h, error.message());
+}
+
+}  // namespace byteps::worker
+
+namespace byteps::worker {
+
+Status LocalReducer::SendToNonRoots(const Header& h, const std::string& payload) {
+  std::vector<std::shared_ptr<transport::Connection>> conns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+    for (auto& [rank, peer] : peers_)
+      if (!peer.left) conns.push_back(peer.conn);
+  }
+  for (auto& c : conns) BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, payload));
+  return Status::Ok();
+}
+
+void LocalReducer::SetGroupListener(std::function<void(const Header&, const std::string&)> listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  group_listener_ = std::move(listener);
 }
 
 }  // namespace byteps::worker

@@ -11,6 +11,10 @@
 //
 // A device tensor (TensorDevice not on the host) takes copy-in, then the in-place host list of
 // its process, then copy-out: the host stages work in place on a pinned buffer per partition.
+// On a host with several processes whose devices form groups (NCCL; the fake device), it takes
+// the group stages instead of the shared-memory ones (group_stages.h):
+//   local root:     group-reduce -> copy-in -> push-pull | [average] -> copy-out -> group-broadcast
+//   local non-root: group-reduce -> group-broadcast
 //
 // Threading: immutable after construction.
 #pragma once
@@ -29,6 +33,7 @@ namespace byteps::worker {
 namespace stages {
 class PushPullStage;
 class DeviceStaging;
+class DeviceGroups;
 }
 
 struct PipelineContext {
@@ -37,6 +42,7 @@ struct PipelineContext {
   DataPlane* plane = nullptr;         // set when this process talks to the servers
   int host_rank = 0;                  // this host's worker rank (frames' sender)
   int size = 1;                       // worker processes in the job (the divisor of `average`)
+  double start_timeout_s = 60;        // how long forming a host's device group may take
 };
 
 class PipelineSet {
@@ -53,7 +59,9 @@ class PipelineSet {
   std::vector<std::unique_ptr<Stage>> stages_;
   stages::PushPullStage* push_pull_ = nullptr;
   Pipeline pipelines_[2][2];  // host tensors: [in place][average]
+  std::unique_ptr<stages::DeviceGroups> groups_;  // BYTEPS_LOCAL_SIZE > 1 (before the stages, after staging)
   Pipeline device_pipelines_[2];  // device tensors: [average]
+  Pipeline group_pipelines_[2];   // device tensors over a device group: [average]
 };
 
 }  // namespace byteps::worker

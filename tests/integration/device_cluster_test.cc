@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <unistd.h>
 
 #include "device/fake_device.h"
+#include "device/group.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/support/typed_values.h"
 
@@ -174,6 +176,83 @@ TEST(DeviceClusterTest, MismatchedDeviceTensorsAcrossWorkersFailNamingTheTensor)
     EXPECT_NE(s0.message().find(name), std::string::npos) << s0.message();
     EXPECT_NE(s1.message().find(name), std::string::npos) << s1.message();
   }
+}
+
+// Two processes of one host (two engines here, BYTEPS_LOCAL_SIZE=2, one worker host, so no
+// servers) whose fake devices form a group: device tensors take group-reduce -> copy-in ->
+// [average] -> copy-out -> group-broadcast on the root and group-reduce -> group-broadcast on the
+// other; sums and averages are exact, several rounds, tensors enqueued in different orders.
+TEST(DeviceClusterTest, AHostsDevicesReduceThroughTheirGroup) {
+  device::EnableFakeGroups(true);
+  std::vector<std::unique_ptr<worker::Engine>> engines(2);
+  {
+    std::vector<std::future<StatusOr<std::unique_ptr<worker::Engine>>>> starts;
+    for (int r = 0; r < 2; ++r) {
+      config::Config c;
+      c.role = config::Role::kWorker;
+      c.num_workers = 1;
+      c.local_size = 2;
+      c.local_rank = r;
+      c.job_secret = fmt::format("group-test-{}", getpid());
+      c.start_timeout_s = 10;
+      starts.push_back(std::async(std::launch::async, [c] { return worker::Engine::Start(c); }));
+    }
+    for (int r = 0; r < 2; ++r) {
+      auto e = starts[r].get();
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      engines[r] = std::move(e).value();
+    }
+  }
+  const size_t counts[] = {5, 3000, 70001};
+  std::vector<std::future<void>> fs;
+  for (int r = 0; r < 2; ++r) {
+    fs.push_back(std::async(std::launch::async, [&, r] {
+      auto fake = device::FakeDevice::Get(300 + r);
+      for (int k = 0; k < 3; ++k) {  // declared in one order everywhere (the keys), then used in any
+        auto key = engines[r]->Declare(fmt::format("grp.{}", k), std::make_pair(counts[k] * 4, DataType::kFloat32));
+        ASSERT_TRUE(key.ok()) << key.status().ToString();
+      }
+      for (int round = 0; round < 3; ++round) {
+        std::vector<std::vector<float>> in(3), out(3);
+        std::vector<worker::HandleId> hs(3);
+        for (int j = 0; j < 3; ++j) {
+          const int k = r == 0 ? j : 2 - j;  // the two processes enqueue in opposite orders
+          in[k].resize(counts[k]);
+          out[k].assign(counts[k], -1.0f);
+          for (size_t i = 0; i < counts[k]; ++i) in[k][i] = static_cast<float>((r + 1) * (i % 7) + round);
+          worker::TensorRequest req;
+          req.name = fmt::format("grp.{}", k);
+          req.input = in[k].data();
+          req.output = k == 1 ? in[k].data() : out[k].data();  // one in place
+          req.bytes = counts[k] * 4;
+          req.average = k == 2;
+          req.device = {device::Kind::kFake, 300 + r, nullptr};
+          auto h = engines[r]->Enqueue(req);
+          ASSERT_TRUE(h.ok()) << h.status().ToString();
+          hs[k] = *h;
+        }
+        for (int k = 0; k < 3; ++k) {
+          Status st = engines[r]->Wait(hs[k], 20);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          engines[r]->Release(hs[k]);
+          const auto& res = k == 1 ? in[k] : out[k];
+          for (size_t i = 0; i < counts[k]; ++i) {
+            const double sum = 3.0 * (i % 7) + 2 * round;
+            ASSERT_EQ(res[i], static_cast<float>(k == 2 ? sum / 2 : sum)) << k << "[" << i << "] rank " << r;
+          }
+        }
+      }
+    }));
+  }
+  for (auto& f : fs) f.get();
+  // The group moved the non-root's bytes: it copied nothing to or from the host (the shared-memory
+  // path would have); the root copied its sums out and back for the average.
+  EXPECT_EQ(device::FakeDevice::Get(300)->copies(), 0u);
+  EXPECT_GT(device::FakeDevice::Get(301)->copies(), 0u);
+  std::vector<std::future<Status>> downs;
+  for (auto& e : engines) downs.push_back(std::async(std::launch::async, [&e] { return e->Shutdown(); }));
+  for (auto& d : downs) EXPECT_TRUE(d.get().ok());
+  device::EnableFakeGroups(false);
 }
 
 TEST(DeviceClusterTest, ACudaTensorWithoutAGpuIsRefusedNamingTheCause) {

@@ -51,14 +51,7 @@ void FailEvery(StageSink* sink, InFlightCopies* in_flight, const Status& failure
 
 }  // namespace
 
-Status DeviceCopyInStage::Admit(Operation& op) {
-  const TensorDevice& d = op.request.device;
-  BYTEPS_ASSIGN_OR_RETURN(DeviceStaging::Slot * slot, staging_->For(d.kind, d.index));
-  BYTEPS_ASSIGN_OR_RETURN(device::EventHandle ready, slot->device->RecordEvent(d.stream));
-  std::shared_ptr<device::Device> dev = slot->device;
-  op.ready_event = std::shared_ptr<void>(ready, [dev](void* e) { dev->DestroyEvent(e); });
-  return Status::Ok();
-}
+Status DeviceCopyInStage::Admit(Operation& op) { return staging_->RecordReady(op); }
 
 void DeviceCopyInStage::Start(PartitionTask* t) {
   const TensorDevice& d = t->op->request.device;

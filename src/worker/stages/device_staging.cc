@@ -54,6 +54,16 @@ StatusOr<DeviceStaging::Slot*> DeviceStaging::For(device::Kind kind, int index) 
   return slot.get();
 }
 
+Status DeviceStaging::RecordReady(Operation& op) {
+  if (op.ready_event) return Status::Ok();
+  const TensorDevice& d = op.request.device;
+  BYTEPS_ASSIGN_OR_RETURN(Slot * slot, For(d.kind, d.index));
+  BYTEPS_ASSIGN_OR_RETURN(device::EventHandle ready, slot->device->RecordEvent(d.stream));
+  std::shared_ptr<device::Device> dev = slot->device;
+  op.ready_event = std::shared_ptr<void>(ready, [dev](void* e) { dev->DestroyEvent(e); });
+  return Status::Ok();
+}
+
 StatusOr<uint8_t*> DeviceStaging::Buffer(Slot* slot, uint64_t key, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = buffers_.find({slot, key});

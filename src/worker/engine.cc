@@ -251,7 +251,9 @@ Engine::~Engine() {
   if (loop_) loop_->Stop();                // no stage starts anything after this
   if (links_) links_->Shutdown();
   if (transport_) transport_->Shutdown();  // no server callback runs after this
-  local_.reset();                          // nor a local one
+  if (local_) local_->Close();             // nor a local one
+  pipelines_.reset();                      // its device groups still reach the (closed) local reducer
+  local_.reset();
   cluster_.reset();
 }
 

@@ -77,11 +77,14 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
   return r;
 }
 
-LocalReducer::~LocalReducer() {
+LocalReducer::~LocalReducer() { Close(); }
+
+void LocalReducer::Close() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.ok()) failure_ = Aborted("local reducer closed");
   }
+  cv_.notify_all();
   if (transport_) transport_->Shutdown();
 }
 
@@ -176,8 +179,15 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       {
         std::lock_guard<std::mutex> lock(mu_);
         listener = group_listener_;
+        if (listener) ++listener_calls_;
       }
-      if (listener && !is_root()) listener(h, payload);
+      if (!listener) return;
+      if (!is_root()) listener(h, payload);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        --listener_calls_;
+      }
+      cv_.notify_all();
       return;
     }
     case Opcode::kError: {  // the root's round failed (a server error, a dead server...)

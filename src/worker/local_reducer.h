@@ -82,7 +82,8 @@ class LocalReducer : public transport::Handler {
   void PublishError(uint64_t key, uint32_t round, const Status& error);
   // Device groups (group_stages.h) use this process's local socket for their ordering: the root
   // sends every non-root one frame (in the order of the calls), a non-root's listener gets the
-  // kLocalGroup / kLocalGo frames on the I/O thread, in that order.
+  // kLocalGroup / kLocalGo frames on the I/O thread, in that order. Setting a listener (or none)
+  // returns once no call of the previous one is in progress.
   Status SendToNonRoots(const protocol::Header& h, const std::string& payload);
   void SetGroupListener(std::function<void(const protocol::Header&, const std::string&)> listener);
   // Fails everything waiting (e.g. the job failed elsewhere).
@@ -91,6 +92,9 @@ class LocalReducer : public transport::Handler {
   Status failure() const;
   // Tells the root this process leaves cleanly (non-root), so its disconnect is not a failure.
   void Leave();
+  // Stops the local socket: no callback (listener, round) runs after this returns. The object
+  // stays usable for the calls of those that still hold it (they fail).
+  void Close();
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
@@ -151,6 +155,7 @@ class LocalReducer : public transport::Handler {
   std::map<uint32_t, std::unique_ptr<ShmSegment>> result_maps_;  // by declared key
   std::map<RoundKey, Result> awaited_;
   std::function<void(const protocol::Header&, const std::string&)> group_listener_;  // guarded by mu_
+  int listener_calls_ = 0;  // calls of group_listener_ in progress (guarded by mu_)
 };
 
 }  // namespace byteps::worker

@@ -230,8 +230,9 @@ Status LocalReducer::SendToNonRoots(const Header& h, const std::string& payload)
 }
 
 void LocalReducer::SetGroupListener(std::function<void(const Header&, const std::string&)> listener) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   group_listener_ = std::move(listener);
+  cv_.wait(lock, [&] { return listener_calls_ == 0; });  // a call in progress ends before we return
 }
 
 }  // namespace byteps::worker

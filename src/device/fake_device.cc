@@ -43,15 +43,15 @@ class Stream {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
+      cv_.notify_all();
     }
-    cv_.notify_all();
     thread_.join();
   }
   void Push(Op op) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ops_.push_back(std::move(op));
-    }
+    // Notified under the lock: a stream destroyed right after (its ops run) cannot lose the
+    // condition variable under a pusher still inside notify.
+    std::lock_guard<std::mutex> lock(mu_);
+    ops_.push_back(std::move(op));
     cv_.notify_all();
   }
   const std::string& name() const { return name_; }

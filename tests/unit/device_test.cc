@@ -181,9 +181,11 @@ Ranks JoinFake(int n, int first_index) {
   auto id = NewGroupId(Kind::kFake);
   EXPECT_TRUE(id.ok());
   std::vector<std::future<StatusOr<std::unique_ptr<Group>>>> joins;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < n; ++i) {  // every rank's device and stream first: the joins read them
     r.devs.push_back(FakeDevice::Get(first_index + i));
     r.streams.push_back(r.devs.back()->CreateStream().value());
+  }
+  for (int i = 0; i < n; ++i) {
     joins.push_back(std::async(std::launch::async, [&, i] { return JoinGroup(r.devs[i], *id, i, n, 10); }));
   }
   for (auto& j : joins) {

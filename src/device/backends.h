@@ -15,5 +15,8 @@ std::shared_ptr<Device> OpenFake(int index);
 // The CUDA device `index`, or the reason it cannot be had (no CUDA in this build, no such GPU).
 StatusOr<std::shared_ptr<Device>> OpenCuda(int index);
 bool CudaBuilt();
+// 64-byte aligned host memory (free with std::free), for the cpu and fake backends; the error names
+// `who` and the size.
+StatusOr<void*> AlignedHost(size_t bytes, const char* who);
 
 }  // namespace byteps::device

@@ -12,19 +12,13 @@ namespace {
 
 void* const kSentinel = reinterpret_cast<void*>(uintptr_t{1});  // every cpu stream and event
 
-StatusOr<void*> Aligned(size_t bytes) {
-  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-  if (p == nullptr) return Unavailable(fmt::format("cpu: could not allocate {} bytes", bytes));
-  return p;
-}
-
 class CpuDevice final : public Device {
  public:
   Kind kind() const override { return Kind::kCpu; }
   int index() const override { return 0; }
-  StatusOr<void*> AllocHost(size_t bytes) override { return Aligned(bytes); }
+  StatusOr<void*> AllocHost(size_t bytes) override { return AlignedHost(bytes, "cpu"); }
   void FreeHost(void* p) override { std::free(p); }
-  StatusOr<void*> AllocDevice(size_t bytes) override { return Aligned(bytes); }
+  StatusOr<void*> AllocDevice(size_t bytes) override { return AlignedHost(bytes, "cpu"); }
   void FreeDevice(void* p) override { std::free(p); }
   StatusOr<StreamHandle> CreateStream() override { return kSentinel; }
   void DestroyStream(StreamHandle) override {}

@@ -1,6 +1,8 @@
 #include "device/device.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
@@ -42,6 +44,12 @@ Status Device::StreamWaitStream(StreamHandle waiter, StreamHandle producer) {
   Status st = StreamWaitEvent(waiter, event);
   DestroyEvent(event);
   return st;
+}
+
+StatusOr<void*> AlignedHost(size_t bytes, const char* who) {
+  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  if (p == nullptr) return Unavailable(fmt::format("{}: could not allocate {} bytes", who, bytes));
+  return p;
 }
 
 bool Built(Kind kind) { return kind != Kind::kCuda || CudaBuilt(); }

@@ -103,11 +103,6 @@ class Gate final : public FakeGate {
   std::atomic<bool> reached_{false};
 };
 
-StatusOr<void*> Aligned(size_t bytes) {
-  void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-  if (p == nullptr) return Unavailable(fmt::format("fake device: could not allocate {} bytes", bytes));
-  return p;
-}
 
 class FakeDeviceImpl final : public FakeDevice {
  public:
@@ -115,9 +110,9 @@ class FakeDeviceImpl final : public FakeDevice {
 
   Kind kind() const override { return Kind::kFake; }
   int index() const override { return index_; }
-  StatusOr<void*> AllocHost(size_t bytes) override { return Aligned(bytes); }
+  StatusOr<void*> AllocHost(size_t bytes) override { return AlignedHost(bytes, "fake device"); }
   void FreeHost(void* p) override { std::free(p); }
-  StatusOr<void*> AllocDevice(size_t bytes) override { return Aligned(bytes); }
+  StatusOr<void*> AllocDevice(size_t bytes) override { return AlignedHost(bytes, "fake device"); }
   void FreeDevice(void* p) override { std::free(p); }
 
   StatusOr<StreamHandle> CreateStream() override {

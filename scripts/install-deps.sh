@@ -12,6 +12,8 @@ PKGS=(
   clang libclang-rt-14-dev
   python3-torch python3-torchvision python3-sklearn python3-tqdm python3-matplotlib
   iperf3 iproute2 procps psmisc
+  # the GPU path's topology (PCIe switches) and NUMA-bound staging; the UCX transport
+  libhwloc-dev libnuma-dev libucx-dev
   # the ps-lite peer rows of bench/pslite (builds ps-lite from /work/shared/peers in a cache folder)
   protobuf-compiler libzmq3-dev libprotobuf-dev
 )

@@ -36,6 +36,7 @@ struct Config {
   int local_rank = 0;                  // BYTEPS_LOCAL_RANK
   int local_size = 1;                  // BYTEPS_LOCAL_SIZE
   int global_rank = -1;                // BYTEPS_GLOBAL_RANK (-1: derived)
+  int pcie_switch_size = 0;            // BYTEPS_PCIE_SWITCH_SIZE (0: from the topology, else one switch)
   std::string job_secret;              // BYTEPS_JOB_SECRET (never printed)
 
   // Worker engine.

@@ -133,6 +133,12 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_LOCAL_SIZE", "int", "number of worker processes on this machine (>= 1)",
      [](const Arg& a, Config& c) { return SetInt(a, 1, kIntMax, c.local_size); },
      [](const Config& c) { return fmt::to_string(c.local_size); }},
+    {"BYTEPS_PCIE_SWITCH_SIZE", "int",
+     "GPUs (local processes) per PCIe switch: each switch reduces its device tensors with NCCL to its last "
+     "process, and the switches' roots sum on the CPU; 0: from the topology (hwloc), else one switch; a size "
+     "that does not divide BYTEPS_LOCAL_SIZE means one switch, with a warning",
+     [](const Arg& a, Config& c) { return SetInt(a, 0, kIntMax, c.pcie_switch_size); },
+     [](const Config& c) { return fmt::to_string(c.pcie_switch_size); }},
     {"BYTEPS_GLOBAL_RANK", "int",
      "overrides the global rank; -1: local_rank + worker_id * local_size",
      [](const Arg& a, Config& c) { return SetInt(a, 0, kIntMax, c.global_rank); },

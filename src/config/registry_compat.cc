@@ -16,7 +16,8 @@ constexpr const char* kWhyGdb =
 constexpr const char* kWhyOmp =
     "sums run on byteps' own threads (BYTEPS_SERVER_ENGINE_THREAD on servers), not OpenMP";
 constexpr const char* kWhyGpu =
-    "NCCL and PCIe settings apply to the GPU path, which this build lacks";
+    "the GPU path posts one NCCL reduce and broadcast per partition on one communicator per PCIe switch: "
+    "there are no NCCL groups, rings or reduce roots to choose";
 constexpr const char* kWhyCompress =
     "compression runs in the framework plugin (Compression.fp16), with no core thread pool or size threshold";
 constexpr const char* kWhySocket =
@@ -79,7 +80,6 @@ constexpr Entry kCompatibility[] = {
     Ignored("BYTEPS_MULTITHREADED_CPU", kWhyNuma),
     Ignored("BYTEPS_ENABLE_GDB", kWhyGdb),
     Ignored("BYTEPS_OMP_THREAD_PER_GPU", kWhyOmp),
-    Ignored("BYTEPS_PCIE_SWITCH_SIZE", kWhyGpu),
     Ignored("BYTEPS_NCCL_GROUP_SIZE", kWhyGpu),
     Ignored("BYTEPS_NCCL_NUM_RINGS", kWhyGpu),
     Ignored("BYTEPS_REDUCE_ROOTS", kWhyGpu),

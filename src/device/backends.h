@@ -18,5 +18,7 @@ bool CudaBuilt();
 // 64-byte aligned host memory (free with std::free), for the cpu and fake backends; the error names
 // `who` and the size.
 StatusOr<void*> AlignedHost(size_t bytes, const char* who);
+// Page-aligned host memory whose pages prefer NUMA node `node` (AlignedHost for node < 0).
+StatusOr<void*> AlignedHostOnNode(size_t bytes, int node, const char* who);
 
 }  // namespace byteps::device

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 
 #include "device/backends.h"
+#include "device/numa.h"
+#include "device/topology.h"
 
 #ifdef BYTEPS_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -58,13 +60,18 @@ cudaMemcpyKind ToCuda(CopyKind k) {
 
 class CudaDevice final : public Device {
  public:
-  explicit CudaDevice(int index) : index_(index) {}
+  explicit CudaDevice(int index) : index_(index) {
+    char bus[32] = {};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) numa_node_ = NumaNodeOfPci(bus);
+  }
   Kind kind() const override { return Kind::kCuda; }
   int index() const override { return index_; }
+  int numa_node() const override { return numa_node_; }
 
   StatusOr<void*> AllocHost(size_t bytes) override {
     BYTEPS_RETURN_IF_ERROR(Use());
     void* p = nullptr;
+    ScopedPreferredNode on_node(numa_node_);  // the driver takes and pins the pages inside the call
     BYTEPS_CUDA_CHECK(cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
     return p;
   }
@@ -145,6 +152,7 @@ class CudaDevice final : public Device {
     return Status::Ok();
   }
   const int index_;
+  int numa_node_ = -1;
 };
 
 }  // namespace

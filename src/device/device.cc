@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "device/backends.h"
+#include "device/numa.h"
 
 namespace byteps::device {
 
@@ -49,6 +50,18 @@ Status Device::StreamWaitStream(StreamHandle waiter, StreamHandle producer) {
 StatusOr<void*> AlignedHost(size_t bytes, const char* who) {
   void* p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
   if (p == nullptr) return Unavailable(fmt::format("{}: could not allocate {} bytes", who, bytes));
+  return p;
+}
+
+StatusOr<void*> AlignedHostOnNode(size_t bytes, int node, const char* who) {
+  if (node < 0) return AlignedHost(bytes, who);
+  constexpr size_t kPage = 4096;
+  void* p = std::aligned_alloc(kPage, (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage);
+  if (p == nullptr) return Unavailable(fmt::format("{}: could not allocate {} bytes", who, bytes));
+  if (Status st = PreferNode(p, bytes, node); !st.ok()) {
+    std::free(p);
+    return st.WithContext(who);
+  }
   return p;
 }
 

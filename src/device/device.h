@@ -44,8 +44,11 @@ class Device {
   virtual Kind kind() const = 0;
   virtual int index() const = 0;
   std::string name() const;  // "cuda:0"
+  // The NUMA node of the device (where its staging memory and copy threads belong); -1: unknown.
+  virtual int numa_node() const { return -1; }
 
   // Page-locked host memory (plain aligned memory for cpu / fake), for staging; never null on OK.
+  // Its pages come from numa_node()'s memory where the machine has NUMA (numa.h).
   virtual StatusOr<void*> AllocHost(size_t bytes) = 0;
   virtual void FreeHost(void* ptr) = 0;
   // Device memory (host memory for cpu / fake). Used by tests and by a backend's own staging.

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "device/backends.h"
+#include "device/numa.h"
 
 namespace byteps::device {
 namespace {
@@ -38,7 +39,8 @@ struct Event {
 class Stream {
  public:
   using Op = std::function<Status(const Status& so_far)>;
-  explicit Stream(std::string name) : name_(std::move(name)), thread_([this] { Run(); }) {}
+  explicit Stream(std::string name, int numa_node = -1)
+      : name_(std::move(name)), numa_node_(numa_node), thread_([this] { Run(); }) {}
   ~Stream() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -58,6 +60,7 @@ class Stream {
 
  private:
   void Run() {
+    (void)RunOnNode(numa_node_);  // the device's copies run on its node's cores
     Status failed;
     while (true) {
       Op op;
@@ -73,6 +76,7 @@ class Stream {
     }
   }
   std::string name_;
+  const int numa_node_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> ops_;
@@ -110,14 +114,15 @@ class FakeDeviceImpl final : public FakeDevice {
 
   Kind kind() const override { return Kind::kFake; }
   int index() const override { return index_; }
-  StatusOr<void*> AllocHost(size_t bytes) override { return AlignedHost(bytes, "fake device"); }
+  int numa_node() const override { return numa_node_.load(); }
+  StatusOr<void*> AllocHost(size_t bytes) override { return AlignedHostOnNode(bytes, numa_node(), "fake device"); }
   void FreeHost(void* p) override { std::free(p); }
   StatusOr<void*> AllocDevice(size_t bytes) override { return AlignedHost(bytes, "fake device"); }
   void FreeDevice(void* p) override { std::free(p); }
 
   StatusOr<StreamHandle> CreateStream() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_));
+    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_), options_.numa_node);
     StreamHandle h = s.get();
     streams_.emplace(h, std::move(s));
     return h;
@@ -198,6 +203,7 @@ class FakeDeviceImpl final : public FakeDevice {
   void SetOptions(const FakeOptions& o) override {
     std::lock_guard<std::mutex> lock(mu_);
     options_ = o;
+    numa_node_ = o.numa_node;
   }
   std::shared_ptr<FakeGate> Hold(StreamHandle h) override {
     auto gate = std::make_shared<Gate>();
@@ -244,6 +250,7 @@ class FakeDeviceImpl final : public FakeDevice {
   const int index_;
   std::mutex mu_;
   FakeOptions options_;
+  std::atomic<int> numa_node_{-1};
   std::map<StreamHandle, std::unique_ptr<Stream>> streams_;
   uint64_t streams_made_ = 0;
   std::atomic<uint64_t> copies_{0};

@@ -20,6 +20,7 @@ namespace byteps::device {
 struct FakeOptions {
   double copy_latency_s = 0;  // per copy
   double copy_bytes_per_s = 0;  // 0: no time per byte
+  int numa_node = -1;  // the device's NUMA node: host memory prefers it, streams created later run on it
 };
 
 // A closed gate queued on a stream: the stream runs nothing queued after it until Open().

@@ -12,7 +12,8 @@
 #include "worker/handle_table.h"
 #include "worker/job_files.h"
 #include "worker/key_assigner.h"
-#include "worker/local_reducer.h"
+#include "device/topology.h"
+#include "worker/local_circles.h"
 #include "worker/pipeline_set.h"
 #include "worker/server_links.h"
 #include "worker/stages/push_pull_stage.h"
@@ -59,7 +60,16 @@ Status Engine::StartLocal() {
   lo.host_id = std::max(0, config_.worker_id);
   lo.start_timeout_s = config_.start_timeout_s;
   lo.transport = transport::TransportOptionsFor(config_, "bps-local");
-  auto local = LocalReducer::Start(lo, [this](const Status& st) { FailAll(st); });
+  std::string warning;
+  const SwitchLayout layout = LayoutSwitches(config_.local_rank, config_.local_size, config_.pcie_switch_size,
+                                             config_.pcie_switch_size > 0 ? 0 : device::DetectedSwitchSize(),
+                                             &warning);
+  if (!warning.empty() && config_.local_rank == config_.local_size - 1) BYTEPS_LOG(Warning, "{}", warning);
+  if (layout.cross() && config_.local_rank == config_.local_size - 1) {
+    BYTEPS_LOG(Info, "{} PCIe switches of {} processes: device tensors reduce per switch, then across switches on "
+               "the CPU", layout.switches, layout.switch_size);
+  }
+  auto local = LocalCircles::Start(lo, layout, [this](const Status& st) { FailAll(st); });
   if (!local.ok()) return local.status();
   std::lock_guard<std::mutex> lock(mu_);
   local_ = std::move(local.value());

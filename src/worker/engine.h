@@ -39,7 +39,7 @@ namespace byteps::worker {
 class DispatchLoop;
 class HandleTable;
 class KeyAssigner;
-class LocalReducer;
+class LocalCircles;
 class PipelineSet;
 class ServerLinks;
 namespace tuning {
@@ -121,7 +121,7 @@ class Engine {
   int host_rank_ = 0;  // this host's worker rank (the scheduler's)
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<cluster::ClusterClient> cluster_;
-  std::unique_ptr<LocalReducer> local_;  // BYTEPS_LOCAL_SIZE > 1
+  std::unique_ptr<LocalCircles> local_;  // BYTEPS_LOCAL_SIZE > 1
   std::unique_ptr<ServerLinks> links_;   // when this process talks to the servers
   std::unique_ptr<HandleTable> handles_;
   SpeedTelemetry telemetry_;

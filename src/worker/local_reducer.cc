@@ -20,7 +20,11 @@ LocalReducer::LocalReducer(const LocalOptions& options, Done on_failure)
     : options_(options), on_failure_(std::move(on_failure)) {}
 
 std::string LocalReducer::SocketName() const {
-  return fmt::format("byteps-{}-w{}-local", options_.job, options_.host_id);
+  return fmt::format("byteps-{}-w{}-local{}", options_.job, options_.host_id, options_.circle);
+}
+
+int LocalReducer::RankOf(int place) const {
+  return place >= 0 && place < static_cast<int>(options_.members.size()) ? options_.members[place] : place;
 }
 
 StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& options, Done on_failure) {
@@ -46,11 +50,11 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
       std::string missing;
       int count = 0;
       for (int i = 0; i < options.local_size - 1; ++i)
-        if (!raw->peers_.count(i)) missing += (count++ ? ", " : "") + std::to_string(i);
+        if (!raw->peers_.count(i)) missing += (count++ ? ", " : "") + std::to_string(raw->RankOf(i));
       return DeadlineExceeded(fmt::format("local root (BYTEPS_LOCAL_RANK={}) waited {:.0f} s (BYTEPS_START_TIMEOUT) "
                                           "for local rank{} {} of BYTEPS_LOCAL_SIZE={} on this host, which never "
                                           "connected (did that process start, or die?)",
-                                          options.local_rank, timeout, count == 1 ? "" : "s", missing,
+                                          r->RankOf(options.local_rank), timeout, count == 1 ? "" : "s", missing,
                                           options.local_size));
     }
     return r;
@@ -59,10 +63,10 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
   if (!c.ok()) {
     return c.status().WithContext(
         fmt::format("local rank {} cannot reach its local root (local rank {}; is that process running?)",
-                    options.local_rank, options.local_size - 1));
+                    r->RankOf(options.local_rank), r->RankOf(options.local_size - 1)));
   }
   r->root_ = c.value();
-  r->root_->set_peer_name(fmt::format("local root (local rank {})", options.local_size - 1));
+  r->root_->set_peer_name(fmt::format("local root (local rank {})", r->RankOf(options.local_size - 1)));
   Header h;
   h.opcode = Opcode::kHello;
   h.sender = static_cast<uint32_t>(options.local_rank);
@@ -152,7 +156,7 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
         p.conn = c.shared_from_this();
         p.pid = static_cast<int>(h.arg);
         c.tag = rank;
-        c.set_peer_name(fmt::format("local rank {} (pid {})", rank, p.pid));
+        c.set_peer_name(fmt::format("local rank {} (pid {})", RankOf(rank), p.pid));
         Header reply;
         reply.opcode = Opcode::kHello;
         reply.sender = static_cast<uint32_t>(options_.local_rank);
@@ -201,7 +205,7 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
     case Opcode::kJobError: {  // non-root: the root failed (and is about to go)
       if (is_root()) return;
       Status st = protocol::StatusFromErrorFrame(
-          h, fmt::format("the local root (local rank {}) failed: {}", options_.local_size - 1, payload));
+          h, fmt::format("the local root (local rank {}) failed: {}", RankOf(options_.local_size - 1), payload));
       BYTEPS_LOG(Error, "{}", st.message());
       if (on_failure_) on_failure_(st);  // first: the engine knows before any waiter wakes up
       FailAll(st);
@@ -232,7 +236,7 @@ void LocalReducer::OnClose(transport::Connection& c, const Status& reason) {
       st = Unavailable(fmt::format("{} on this host died: {}", c.peer_name(), reason.message()));
     } else {
       dead_pid = root_pid_;
-      st = Unavailable(fmt::format("lost the local root (local rank {}): {}", options_.local_size - 1,
+      st = Unavailable(fmt::format("lost the local root (local rank {}): {}", RankOf(options_.local_size - 1),
                                    reason.message()));
     }
   }

@@ -33,8 +33,13 @@
 namespace byteps::worker {
 
 struct LocalOptions {
-  int local_rank = 0;
-  int local_size = 1;
+  int local_rank = 0;    // this process's place among the circle's members (its BYTEPS_LOCAL_RANK in "")
+  int local_size = 1;    // the circle's members
+  // Which circle of the host's processes this reducer joins: "" every local process; a PCIe
+  // switch's processes ("sw<j>") or the switches' roots ("x") in cross-switch mode (local_circles.h).
+  // Its socket and shared memory are named by it.
+  std::string circle;
+  std::vector<int> members;  // the members' BYTEPS_LOCAL_RANKs by place (messages); empty: 0..local_size-1
   std::string job;       // job-unique token (derived from BYTEPS_JOB_SECRET or the scheduler address)
   int host_id = 0;       // DMLC_WORKER_ID: which worker host
   double start_timeout_s = 60;
@@ -53,6 +58,7 @@ class LocalReducer : public transport::Handler {
   bool is_root() const { return options_.local_rank == options_.local_size - 1; }
   int local_rank() const { return options_.local_rank; }
   int local_size() const { return options_.local_size; }
+  int RankOf(int place) const;  // the BYTEPS_LOCAL_RANK of the circle's member at `place` (for messages)
 
   // One partition of one round: `key` is its partition key, `offset`/`bytes` its place in the
   // tensor of `tensor_bytes` bytes.

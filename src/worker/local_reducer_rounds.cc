@@ -17,8 +17,12 @@ using protocol::Header;
 using protocol::Opcode;
 
 namespace {
-std::string SlotSuffix(int host, uint32_t key, int rank) { return fmt::format("w{}-k{}-slot{}", host, key, rank); }
-std::string ResultSuffix(int host, uint32_t key) { return fmt::format("w{}-k{}-result", host, key); }
+std::string SlotSuffix(const LocalOptions& o, uint32_t key, int rank) {
+  return fmt::format("w{}{}-k{}-slot{}", o.host_id, o.circle, key, rank);
+}
+std::string ResultSuffix(const LocalOptions& o, uint32_t key) {
+  return fmt::format("w{}{}-k{}-result", o.host_id, o.circle, key);
+}
 }  // namespace
 
 Status LocalReducer::MapLocked(std::unique_ptr<ShmSegment>* seg, bool create, int creator_pid,
@@ -50,7 +54,7 @@ Status LocalReducer::Contribute(const Part& part, const void* input) {
     const uint32_t dk = protocol::DeclaredKeyOf(part.key);
     if (!part.on_device) {
       BYTEPS_RETURN_IF_ERROR(MapLocked(&my_slots_[dk], true, getpid(),
-                                       SlotSuffix(options_.host_id, dk, options_.local_rank), part.tensor_bytes));
+                                       SlotSuffix(options_, dk, options_.local_rank), part.tensor_bytes));
       if (part.bytes > 0) std::memcpy(my_slots_[dk]->data() + part.offset, input, part.bytes);
     }
     awaited_[{part.key, part.round}].part = part;
@@ -90,7 +94,7 @@ std::function<void()> LocalReducer::MaybeDeliverLocked(const RoundKey& rk) {
   awaited_.erase(it);
   if (!r.error.ok()) return [r] { r.done(r.error); };
   const uint32_t dk = protocol::DeclaredKeyOf(rk.first);
-  Status st = MapLocked(&result_maps_[dk], false, root_pid_, ResultSuffix(options_.host_id, dk), r.part.tensor_bytes);
+  Status st = MapLocked(&result_maps_[dk], false, root_pid_, ResultSuffix(options_, dk), r.part.tensor_bytes);
   if (!st.ok()) return [r, st] { r.done(st); };
   // The root writes this region again only after our next LocalReady of this partition, which
   // waits for this round to leave the pipeline: copying outside the lock is safe.
@@ -165,7 +169,7 @@ void LocalReducer::OnLocalReady(transport::Connection& c, const Header& h, const
     const uint32_t dk = protocol::DeclaredKeyOf(h.key);
     Round& r = rounds_[{h.key, h.round}];
     if (h.arg == 0) {  // 1: a device group's round, nothing in shared memory
-      Status st = MapLocked(&peer.slots[dk], false, peer.pid, SlotSuffix(options_.host_id, dk, pit->first),
+      Status st = MapLocked(&peer.slots[dk], false, peer.pid, SlotSuffix(options_, dk, pit->first),
                             ki->tensor_bytes);
       if (!st.ok() && r.error.ok()) r.error = st;
     }
@@ -189,7 +193,7 @@ Status LocalReducer::Publish(const Part& part, const void* result) {
     if (!failure_.ok()) return failure_;
     const uint32_t dk = protocol::DeclaredKeyOf(part.key);
     BYTEPS_RETURN_IF_ERROR(
-        MapLocked(&results_[dk], true, getpid(), ResultSuffix(options_.host_id, dk), part.tensor_bytes));
+        MapLocked(&results_[dk], true, getpid(), ResultSuffix(options_, dk), part.tensor_bytes));
     if (part.bytes > 0) std::memcpy(results_[dk]->data() + part.offset, result, part.bytes);
     for (auto& [rank, peer] : peers_) conns.push_back(peer.conn);
   }

@@ -20,29 +20,38 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
     stages_.push_back(std::move(s));
     return raw;
   };
-  const bool root = c.local == nullptr || c.local->is_root();
-  Stage* local_reduce = c.local ? add(std::make_unique<stages::LocalReduceStage>(c.loop, c.local)) : nullptr;
+  LocalReducer* all = c.local ? c.local->all() : nullptr;
+  const bool root = all == nullptr || all->is_root();
+  Stage* local_reduce = all ? add(std::make_unique<stages::LocalReduceStage>(c.loop, all)) : nullptr;
   Stage* network = nullptr;
   if (root && c.plane != nullptr) {
     auto pp = std::make_unique<stages::PushPullStage>(c.loop, c.plane, c.host_rank, c.size);
     push_pull_ = pp.get();
     network = add(std::move(pp));
   }
-  Stage* average = root && !network && c.local ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
-  Stage* local_broadcast = c.local ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, c.local)) : nullptr;
-  Stage* copy_out = !c.local && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
+  Stage* average = root && !network && all ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
+  Stage* local_broadcast = all ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, all)) : nullptr;
+  Stage* copy_out = !all && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
   Stage* device_in = add(std::make_unique<stages::DeviceCopyInStage>(c.loop, staging_.get()));
   Stage* device_out = add(std::make_unique<stages::DeviceCopyOutStage>(c.loop, staging_.get()));
   if (c.local) {
-    groups_ = std::make_unique<stages::DeviceGroups>(c.local, staging_.get(), c.start_timeout_s);
+    LocalReducer* sw = c.local->pcie_switch();
+    LocalReducer* cross = c.local->cross();
+    groups_ = std::make_unique<stages::DeviceGroups>(sw, staging_.get(), c.start_timeout_s);
     Stage* group_reduce = add(std::make_unique<stages::GroupReduceStage>(c.loop, groups_.get()));
     Stage* group_bcast = add(std::make_unique<stages::GroupBroadcastStage>(c.loop, groups_.get()));
+    Stage* cross_reduce =
+        cross ? add(std::make_unique<stages::LocalReduceStage>(c.loop, cross, "cross-switch-reduce")) : nullptr;
+    Stage* cross_bcast =
+        cross ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, cross, "cross-switch-broadcast")) : nullptr;
     for (int avg = 0; avg < 2; ++avg) {
       std::vector<Stage*> list{group_reduce};
-      if (root) {
+      if (sw->is_root()) {
         list.push_back(device_in);
-        if (network) list.push_back(network);
-        if (avg && average) list.push_back(average);
+        if (cross_reduce) list.push_back(cross_reduce);
+        if (root && network) list.push_back(network);
+        if (root && avg && average) list.push_back(average);
+        if (cross_bcast) list.push_back(cross_bcast);
         list.push_back(device_out);
       }
       list.push_back(group_bcast);

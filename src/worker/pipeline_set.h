@@ -15,6 +15,11 @@
 // the group stages instead of the shared-memory ones (group_stages.h):
 //   local root:     group-reduce -> copy-in -> push-pull | [average] -> copy-out -> group-broadcast
 //   local non-root: group-reduce -> group-broadcast
+// With several PCIe switches (local_circles.h) the groups are per switch, and the switches' roots
+// sum on the CPU in between:
+//   switch root:     group-reduce -> copy-in -> cross-reduce -> [push-pull | average on the local
+//                    root] -> cross-broadcast -> copy-out -> group-broadcast
+//   switch non-root: group-reduce -> group-broadcast
 //
 // Threading: immutable after construction.
 #pragma once
@@ -24,7 +29,7 @@
 
 #include "worker/data_plane.h"
 #include "worker/dispatch_loop.h"
-#include "worker/local_reducer.h"
+#include "worker/local_circles.h"
 #include "worker/pipeline.h"
 #include "worker/tensor_request.h"
 
@@ -38,7 +43,7 @@ class DeviceGroups;
 
 struct PipelineContext {
   DispatchLoop* loop = nullptr;       // every stage completes through it and is registered with it
-  LocalReducer* local = nullptr;      // set when BYTEPS_LOCAL_SIZE > 1
+  LocalCircles* local = nullptr;      // set when BYTEPS_LOCAL_SIZE > 1
   DataPlane* plane = nullptr;         // set when this process talks to the servers
   int host_rank = 0;                  // this host's worker rank (frames' sender)
   int size = 1;                       // worker processes in the job (the divisor of `average`)

@@ -1,5 +1,6 @@
 #include "tests/integration/cluster_harness.h"
 
+#include <algorithm>
 #include <future>
 
 #include "cluster/cluster_config.h"
@@ -64,10 +65,13 @@ config::Config ClusterHarness::ServerConfig() const {
   return c;
 }
 
-config::Config ClusterHarness::WorkerConfig(int rank) const {
+config::Config ClusterHarness::WorkerConfig(int rank, int local_rank) const {
   config::Config c = JobConfig();
   c.role = config::Role::kWorker;
   c.worker_id = rank;
+  c.local_size = options_.local_size;
+  c.local_rank = local_rank;
+  c.pcie_switch_size = options_.pcie_switch_size;
   c.force_distributed = true;
   c.partition_bytes = options_.partition_bytes;
   c.scheduling_credit = options_.scheduling_credit;
@@ -79,8 +83,10 @@ config::Config ClusterHarness::WorkerConfig(int rank) const {
 
 Status ClusterHarness::StartWorkers() {
   std::vector<std::future<StatusOr<std::unique_ptr<worker::Engine>>>> fs;
-  for (int i = 0; i < options_.num_workers; ++i) {
-    fs.push_back(std::async(std::launch::async, [this, i] { return worker::Engine::Start(WorkerConfig(i)); }));
+  const int per_host = std::max(1, options_.local_size);
+  for (int i = 0; i < options_.num_workers * per_host; ++i) {
+    fs.push_back(std::async(std::launch::async,
+                            [this, i, per_host] { return worker::Engine::Start(WorkerConfig(i / per_host, i % per_host)); }));
   }
   Status first;
   for (auto& f : fs) {

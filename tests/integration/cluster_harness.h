@@ -35,6 +35,10 @@ struct HarnessOptions {
   bool relay_scheduler = false;
   int relay_delay_ms = 0;  // the data relays hold bytes back this long each way (a long link)
   size_t socket_buffer_bytes = 4u << 20;  // the workers' BYTEPS_SOCKET_BUFFER_BYTES
+  // Processes per worker host (BYTEPS_LOCAL_SIZE): StartWorkers starts num_workers * local_size
+  // engines, worker(host * local_size + local rank).
+  int local_size = 1;
+  int pcie_switch_size = 0;  // BYTEPS_PCIE_SWITCH_SIZE of every worker process
 };
 
 class ClusterHarness {
@@ -50,7 +54,7 @@ class ClusterHarness {
   // The job's settings (addresses, sizes, deadlines) as every role of the harness sees them.
   config::Config JobConfig() const;
   config::Config ServerConfig() const;
-  config::Config WorkerConfig(int rank) const;
+  config::Config WorkerConfig(int rank, int local_rank = 0) const;
   // Drops worker i without a clean shutdown (as if its process died).
   void KillWorker(int i);
   TcpRelay& relay(int server) { return *relays_[server]; }

@@ -79,8 +79,13 @@ Status DeviceGroups::Ensure(const TensorDevice& d) {
     id = id_;
   }
   const int rank = local_->local_rank(), size = local_->local_size();
-  BYTEPS_ASSIGN_OR_RETURN(std::unique_ptr<device::Group> g,
-                          device::JoinGroup(slot->device, id, rank, size, start_timeout_s_));
+  auto joined = device::JoinGroup(slot->device, id, rank, size, start_timeout_s_);
+  if (!joined.ok()) {
+    return joined.status().WithContext(fmt::format("the device group of BYTEPS_LOCAL_RANK={} (its members: local ranks "
+                                                   "{} to {})",
+                                                   local_->RankOf(rank), local_->RankOf(0), local_->RankOf(size - 1)));
+  }
+  std::unique_ptr<device::Group> g = std::move(joined).value();
   BYTEPS_ASSIGN_OR_RETURN(device::StreamHandle s, slot->device->CreateStream());
   std::lock_guard<std::mutex> lock(mu_);
   device_ = slot->device;

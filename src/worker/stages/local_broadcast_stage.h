@@ -7,6 +7,8 @@
 // transport's I/O thread (LocalDone) or from inside Start.
 #pragma once
 
+#include <string>
+
 #include "worker/local_reducer.h"
 #include "worker/stage.h"
 
@@ -14,7 +16,8 @@ namespace byteps::worker::stages {
 
 class LocalBroadcastStage : public Stage {
  public:
-  LocalBroadcastStage(StageSink* sink, LocalReducer* reducer) : Stage("local-broadcast", sink), reducer_(reducer) {}
+  LocalBroadcastStage(StageSink* sink, LocalReducer* reducer, std::string name = "local-broadcast")
+      : Stage(std::move(name), sink), reducer_(reducer) {}
   void Start(PartitionTask* task) override;
   void Skip(PartitionTask* task, const Status& failure) override;
   void FailAll(const Status& failure) override { reducer_->FailAll(failure); }

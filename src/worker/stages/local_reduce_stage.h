@@ -6,6 +6,8 @@
 // I/O thread (the last LocalReady) or from inside Start.
 #pragma once
 
+#include <string>
+
 #include "worker/local_reducer.h"
 #include "worker/stage.h"
 
@@ -13,7 +15,8 @@ namespace byteps::worker::stages {
 
 class LocalReduceStage : public Stage {
  public:
-  LocalReduceStage(StageSink* sink, LocalReducer* reducer) : Stage("local-reduce", sink), reducer_(reducer) {}
+  LocalReduceStage(StageSink* sink, LocalReducer* reducer, std::string name = "local-reduce")
+      : Stage(std::move(name), sink), reducer_(reducer) {}
   void Start(PartitionTask* task) override;
   void FailAll(const Status& failure) override { reducer_->FailAll(failure); }
 

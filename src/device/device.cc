@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "common/logging.h"
 #include "device/backends.h"
 #include "device/numa.h"
 
@@ -59,8 +61,11 @@ StatusOr<void*> AlignedHostOnNode(size_t bytes, int node, const char* who) {
   void* p = std::aligned_alloc(kPage, (std::max<size_t>(bytes, 1) + kPage - 1) / kPage * kPage);
   if (p == nullptr) return Unavailable(fmt::format("{}: could not allocate {} bytes", who, bytes));
   if (Status st = PreferNode(p, bytes, node); !st.ok()) {
-    std::free(p);
-    return st.WithContext(who);
+    // Placement is an optimisation: a container that refuses memory policies still copies.
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      BYTEPS_LOG(Warning, "{}: staging memory is not placed on NUMA node {}: {}", who, node, st.message());
+    });
   }
   return p;
 }

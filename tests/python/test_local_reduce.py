@@ -60,13 +60,19 @@ def results(output):
     return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
 
 
-@pytest.mark.parametrize("hosts,local,servers", [(1, 2, 0), (2, 2, 1), (2, 3, 2)])
-def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers):
+# The last case has two PCIe switches of 2 per host: every process also joins its switch's circle
+# and the switches' roots their cross-switch one (the device path's); host tensors still reduce
+# over every local process, and all circles start and leave cleanly.
+@pytest.mark.parametrize("hosts,local,servers,switch", [(1, 2, 0, 0), (2, 2, 1, 0), (2, 3, 2, 0), (2, 4, 1, 2)])
+def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers, switch):
     # Our own secret: the job's segments are named by its token, so the leftover check below sees
     # only this job's (other jobs may be running on the machine meanwhile).
     secret = secrets.token_hex(16)
     env = {"BPS_LOCAL": str(local), "BPS_CHILD": CHILD, "BYTEPS_PARTITION_BYTES": "65536",
            "BYTEPS_JOB_SECRET": secret}
+    if switch:
+        env["BYTEPS_PCIE_SWITCH_SIZE"] = str(switch)
+        env["BYTEPS_LOG_LEVEL"] = "INFO"
     r = run_job(hosts, max(servers, 1), SPAWNER, env=env, timeout=60, force_distributed=servers > 0)
     assert r.returncode == 0, r.output
     res = results(r.output)
@@ -80,6 +86,8 @@ def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers):
             assert x["sums"][k] == pytest.approx(v, rel=1e-3 if k.startswith("d") else 1e-9), (k, x)
     assert not r.leftovers
     assert not shm_leftovers(secret), "shared memory left behind"
+    if switch:  # each host's local root said how it splits the host
+        assert r.output.count(f"{local // switch} PCIe switches of {switch} processes") == hosts, r.output
 
 
 def test_local_rank_missing_fails_with_clear_error(run_job):

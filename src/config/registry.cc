@@ -92,6 +92,20 @@ Status MapTransport(const Arg& a, Config& c) {
   return Status::Ok();
 }
 
+Status SetTransport(const Arg& a, Config& c) {
+  const std::string v(a.value);
+  if (v == "auto" || v == "tcp" || v == "shm") {
+    c.transport = v;
+    return Status::Ok();
+  }
+  if (v == "ucx" || v == "rdma" || v == "ibverbs") {
+    return InvalidArgument(fmt::format("{}={}: this byteps has no UCX/RDMA transport yet (libucx-dev is not used by this "
+                                       "build); set {}=auto (shared memory on one host, TCP between hosts) or tcp",
+                                       a.name, a.value, a.name));
+  }
+  return InvalidArgument(fmt::format("{}={} is not a transport: use auto, tcp or shm", a.name, a.value));
+}
+
 constexpr Entry kRegistry[] = {
     // Topology (ps-lite names).
     {"DMLC_ROLE", "role", "this process's role: worker, server or scheduler",
@@ -228,6 +242,10 @@ constexpr Entry kRegistry[] = {
     {"PS_VERBOSE", "int", "0..2; 1 raises the log level to at least INFO, 2 to at least DEBUG",
      [](const Arg& a, Config& c) { return SetInt(a, 0, 2, c.ps_verbose); },
      [](const Config& c) { return fmt::to_string(c.ps_verbose); }, "", false, Disposition::kMapped},
+    {"BYTEPS_TRANSPORT", "string",
+     "data connections: auto (shared memory to processes of this host that offer it, TCP to the others), tcp "
+     "(TCP only), shm (shared memory only: every peer on this host)",
+     SetTransport, [](const Config& c) { return c.transport; }},
     {"DMLC_ENABLE_RDMA", "string",
      "ps-lite's transport choice: unset, 0 or zmq is TCP; anything else asks for RDMA, which this build lacks: "
      "runs over TCP with a loud warning",

@@ -28,7 +28,7 @@ uint16_t HeaderCrc(const uint8_t* header) {
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 26);
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 29);
 }
 
 const char* OpcodeName(Opcode op) {
@@ -53,6 +53,9 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kAuthResponse: return "AuthResponse";
     case Opcode::kLocalGroup: return "LocalGroup";
     case Opcode::kLocalGo: return "LocalGo";
+    case Opcode::kShmHello: return "ShmHello";
+    case Opcode::kShmReady: return "ShmReady";
+    case Opcode::kShmBell: return "ShmBell";
   }
   return "Unknown";
 }

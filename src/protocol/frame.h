@@ -43,6 +43,10 @@ enum class Opcode : uint8_t {
   kLocalGroup = 25,     // root -> non-root: the device group's id (payload); arg = device kind, sender = index
   kLocalGo = 26,        // root -> non-root: queue the collective of (key, round) now; arg = 0 reduce, 1 broadcast,
                         // 2 failed (request_id = the error's code, payload = its message)
+  // Shared-memory connections (transport/shm/): the control frames on their Unix socket.
+  kShmHello = 27,       // connector -> acceptor: map segment <payload JSON>; the frames travel there
+  kShmReady = 28,       // acceptor -> connector: mapped (arg 0) or refused (arg 1, payload = why)
+  kShmBell = 29,        // either way: arg 1 = records published for you, 2 = space freed / frames read
 };
 
 // Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the

@@ -9,13 +9,23 @@
 
 namespace byteps::server {
 
+namespace {
+// A data connection's tag: the worker's rank (low 32 bits) and which of its connections to this
+// server it is (the Hello's request_id; a reconnect's is higher).
+int64_t TagOf(uint32_t worker, uint64_t generation) {
+  return static_cast<int64_t>(((generation & 0x7fffffffULL) << 32) | worker);
+}
+int WorkerOf(int64_t tag) { return static_cast<int>(tag & 0xffffffff); }
+uint64_t GenerationOf(int64_t tag) { return static_cast<uint64_t>(tag) >> 32; }
+}  // namespace
+
 using protocol::Header;
 using protocol::Opcode;
 
 Server::Server(const ServerOptions& options) : options_(options), pool_(std::make_unique<BufferPool>()) {
   int n = std::max(1, options_.engine_threads);
   for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers));
-  transport_ = transport::CreateTcpTransport(options_.transport);
+  transport_ = transport::CreateTransport(options_.transport);
 }
 
 Server::~Server() { Shutdown(); }
@@ -74,7 +84,7 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
         c.Close(ProtocolError("worker rank out of range"));
         return;
       }
-      c.tag = h.sender;
+      c.tag = TagOf(h.sender, h.request_id);  // request_id: which of its connections this is
       c.set_peer_name(fmt::format("worker {} ({})", h.sender, c.peer_name()));
       return;
     }
@@ -96,14 +106,15 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
         c.Close(ProtocolError("bad InitKey: " + why));
         return;
       }
-      ShardFor(h.key).Post(InitTask{h.key, static_cast<int>(c.tag), c.shared_from_this(), init.value()});
+      ShardFor(h.key).Post(InitTask{h.key, WorkerOf(c.tag), c.shared_from_this(), init.value()});
       return;
     }
     case Opcode::kPushPull: {
       PushTask t;
       t.key = h.key;
       t.round = h.round;
-      t.worker = static_cast<int>(c.tag);
+      t.worker = WorkerOf(c.tag);
+      t.generation = GenerationOf(c.tag);
       t.request_id = h.request_id;
       t.dtype = h.dtype;
       t.offset = h.arg;

@@ -158,10 +158,10 @@ void SumEngine::HandlePush(PushTask& t) {
     // A resend: never count it again. Answer it if its round is complete, else re-point the
     // waiter at the connection the resend came on.
     if (t.round == ks.completed_round && ks.result) {
-      ReplySum(ks, t.key, Waiter{t.conn, t.request_id, t.worker});
+      ReplySum(ks, t.key, Waiter{t.conn, t.request_id, t.worker, t.generation});
     } else {
       for (Waiter& w : ks.waiters)
-        if (w.worker == t.worker) w = Waiter{t.conn, t.request_id, t.worker};
+        if (w.worker == t.worker && t.generation >= w.generation) w = Waiter{t.conn, t.request_id, t.worker, t.generation};
     }
     return;
   }
@@ -188,7 +188,7 @@ void SumEngine::HandlePush(PushTask& t) {
     SumInto(ks.accum.get(), t.data.get(), ks.init.bytes / DataTypeSize(*dt), *dt);
     t.data.reset();
   }
-  ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker});
+  ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker, t.generation});
   if (++ks.pushed < num_workers_) return;
   ks.result = std::move(ks.accum);
   ks.completed_round++;

@@ -27,6 +27,10 @@ struct PushTask {
   uint64_t key = 0;
   uint32_t round = 0;
   int worker = 0;
+  // Which of the worker's connections to this server it came on (the Hello's count, growing with
+  // every reconnect): a resend re-points its waiter only at a newer connection, never back at the
+  // old one, whose late bytes can still arrive after the resend.
+  uint64_t generation = 0;
   uint64_t request_id = 0;
   uint8_t dtype = 0;
   std::shared_ptr<transport::Connection> conn;
@@ -64,6 +68,7 @@ class SumEngine {
     std::shared_ptr<transport::Connection> conn;
     uint64_t request_id;
     int worker;
+    uint64_t generation = 0;
   };
   struct KeyState {
     bool initialized = false;

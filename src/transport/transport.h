@@ -71,7 +71,15 @@ class Handler {
   virtual void OnClose(Connection& conn, const Status& reason) = 0;
 };
 
+// Which backend carries a process's data connections (BYTEPS_TRANSPORT).
+enum class TransportKind : uint8_t {
+  kAuto = 0,  // shared memory to processes of this host that offer it, TCP to everyone else
+  kTcp = 1,
+  kShm = 2,   // shared memory only (every peer on this host)
+};
+
 struct TransportOptions {
+  TransportKind kind = TransportKind::kAuto;  // read by CreateTransport only
   int io_threads = 1;
   size_t socket_buffer_bytes = 4u << 20;  // 0 = OS default
   uint64_t max_payload_bytes = 1ull << 30;
@@ -105,5 +113,10 @@ class Transport {
 };
 
 std::unique_ptr<Transport> CreateTcpTransport(const TransportOptions& options);
+// The backend `options.kind` names. Auto listens on TCP and on shared memory (same port), and
+// connects through shared memory where the peer is on this host and offers it, else over TCP:
+// peers of different settings still meet (a tcp-only peer offers no shared memory).
+std::unique_ptr<Transport> CreateTransport(const TransportOptions& options);
+const char* TransportKindName(TransportKind kind);  // "auto", "tcp", "shm" 
 
 }  // namespace byteps::transport

@@ -12,6 +12,7 @@ TransportOptions TransportOptionsFor(const config::Config& c, const std::string&
   t.checksum = c.checksum;
   t.auth_timeout_s = c.auth_timeout_s;
   t.max_connections = c.max_connections;
+  t.kind = c.transport == "tcp" ? TransportKind::kTcp : c.transport == "shm" ? TransportKind::kShm : TransportKind::kAuto;
   return t;
 }
 
@@ -19,6 +20,7 @@ TransportOptions ControlTransportOptionsFor(const config::Config& c, const std::
   TransportOptions t = TransportOptionsFor(c, name);
   t.io_threads = 1;
   t.max_payload_bytes = 1 << 20;
+  t.kind = TransportKind::kTcp;  // the scheduler's traffic is small; it stays on TCP
   return t;
 }
 

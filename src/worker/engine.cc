@@ -77,7 +77,7 @@ Status Engine::StartLocal() {
 }
 
 Status Engine::Connect() {
-  transport_ = transport::CreateTcpTransport(transport::TransportOptionsFor(config_, "worker"));
+  transport_ = transport::CreateTransport(transport::TransportOptionsFor(config_, "worker"));
   cluster::ClientOptions co = cluster::ClientOptionsFor(config_, "worker", 0);
   auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
   if (!client.ok()) return client.status();

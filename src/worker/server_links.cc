@@ -1,5 +1,7 @@
 #include "worker/server_links.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -83,6 +85,10 @@ StatusOr<std::shared_ptr<transport::Connection>> ServerLinks::Open(int server, d
   Header h;
   h.opcode = Opcode::kHello;
   h.sender = static_cast<uint32_t>(options_.host_rank);
+  // Which connection this is, counting every one this process opened: a server lets a resend
+  // re-point a waiting reply only at a newer connection (sum_engine.h, PushTask::generation).
+  static std::atomic<uint64_t> opened{0};
+  h.request_id = ++opened;
   BYTEPS_RETURN_IF_ERROR(c->SendCopy(h, ""));
   return c;
 }

@@ -49,8 +49,9 @@ class SumEngineTest : public ::testing::Test {
 
   // A push of `bytes` (copied into a pooled buffer, as the server receives it).
   void Push(uint64_t key, uint32_t round, int worker, const std::vector<uint8_t>& bytes, DataType dt,
-            uint64_t request_id = 0, Conn on = nullptr) {
+            uint64_t request_id = 0, Conn on = nullptr, uint64_t generation = 0) {
     PushTask t;
+    t.generation = generation;
     t.key = key;
     t.round = round;
     t.worker = worker;
@@ -203,6 +204,24 @@ TEST_F(SumEngineTest, AResendRepointsTheWaiterAtItsNewConnection) {
   Next(conns_[1], Opcode::kPushPullReply);
   Drain();
   EXPECT_TRUE(conns_[0]->TakeSent().empty()) << "the old connection was answered too";
+}
+
+// After a reconnect the resend can reach the server before the old connection's last bytes (two
+// sockets, two I/O threads): the original push arriving late on the old connection must not
+// take the waiting reply back to it (its worker closed it; the reply would be lost).
+TEST_F(SumEngineTest, ALateOriginalOnTheOldConnectionKeepsTheReplyOnTheNewOne) {
+  Start(2);
+  const DataType dt = DataType::kUint8;
+  Init(4, dt, 3);
+  Conn reconnected = NewConn("worker 0 (reconnected)");
+  Push(4, 1, 0, testing::Encode(dt, {1, 2, 3}), dt, /*request_id=*/10, reconnected, /*generation=*/2);
+  Push(4, 1, 0, testing::Encode(dt, {1, 2, 3}), dt, /*request_id=*/10, conns_[0], /*generation=*/1);  // late
+  Push(4, 1, 1, testing::Encode(dt, {1, 1, 1}), dt);
+  SentFrame f = Next(reconnected, Opcode::kPushPullReply);
+  EXPECT_EQ(f.payload, Bytes(testing::Encode(dt, {2, 3, 4})));
+  Next(conns_[1], Opcode::kPushPullReply);
+  Drain();
+  EXPECT_TRUE(conns_[0]->TakeSent().empty()) << "the reply went back to the old connection";
 }
 
 TEST_F(SumEngineTest, ADeclarationMismatchFailsTheWaitersAndTheDeclarer) {

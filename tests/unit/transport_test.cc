@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -135,6 +136,14 @@ struct RawSocket {
     addr.sin_port = htons(static_cast<uint16_t>(p));
     return ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   }
+  bool ConnectUnix(const std::string& name) {  // an abstract Unix socket
+    ::close(fd);
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un u{};
+    u.sun_family = AF_UNIX;
+    std::memcpy(u.sun_path + 1, name.data(), name.size());
+    return ::connect(fd, reinterpret_cast<sockaddr*>(&u), offsetof(sockaddr_un, sun_path) + 1 + name.size()) == 0;
+  }
   bool Bind(bool listen) {
     socklen_t len = sizeof(addr);
     if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || (listen && ::listen(fd, 4) != 0)) {
@@ -155,18 +164,21 @@ struct RawSocket {
   }
 };
 
-// The parameter is io_threads, plus 100 for the secure mode (job secret and checksums), so every
-// test also runs over authenticated, checksummed connections.
+// The conformance suite, for every backend. The parameter is io_threads, plus 100 for the secure
+// mode (job secret and checksums), so every test also runs over authenticated, checksummed
+// connections, plus 1000 x the backend (TransportKind: 0 auto, which picks shared memory for
+// these same-host peers, 1 tcp, 2 shm).
 class TransportTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     opts_.io_threads = GetParam() % 100;
-    if (GetParam() >= 100) {
+    if (GetParam() % 1000 >= 100) {
       opts_.secret = "transport-test-secret";
       opts_.checksum = true;
     }
-    server_ = CreateTcpTransport(opts_);
-    client_ = CreateTcpTransport(opts_);
+    opts_.kind = static_cast<TransportKind>(GetParam() / 1000);
+    server_ = CreateTransport(opts_);
+    client_ = CreateTransport(opts_);
     auto port = server_->Listen("127.0.0.1", 0, &server_handler_);
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     port_ = port.value();
@@ -384,8 +396,20 @@ TEST_P(TransportTest, CloseWaitsForAnOnCloseAlreadyRunning) {
   conn.value()->Close(Aborted("again"));  // after the close has completed: returns at once
 }
 
+TEST_P(TransportTest, CorkedSendsCompleteWithTheCloseReason) {
+  conn_->Cork();
+  std::vector<uint8_t> big(1u << 20);
+  ASSERT_TRUE(conn_->Send(Hdr(1, big.size()), {{big.data(), big.size()}}, sent_.Done(1)).ok());
+  ASSERT_TRUE(conn_->Send(Hdr(2, 0), {}, sent_.Done(2)).ok());
+  EXPECT_TRUE(sent_.done().empty());
+  conn_->Close(Aborted("stop"));
+  ExpectCompletedOnce(sent_, {1, 2}, StatusCode::kAborted);
+  EXPECT_TRUE(server_handler_.frames().empty());
+}
+
 TEST_P(TransportTest, PendingSendsCompleteWithTheCloseReason) {
   if (!opts_.secret.empty()) GTEST_SKIP() << "a raw sink cannot authenticate, so Connect would not return";
+  if (opts_.kind != TransportKind::kTcp) GTEST_SKIP() << "a raw TCP sink: shared memory's pending sends are covered by CorkedSendsCompleteWithTheCloseReason";
   RawSocket sink;  // accepts (in the kernel) but never reads: the sends stay queued
   ASSERT_TRUE(sink.Bind(/*listen=*/true));
   auto conn = client_->Connect("127.0.0.1", sink.port, &side_handler_, 5.0);
@@ -413,21 +437,30 @@ TEST_P(TransportTest, ConnectToClosedPortTimesOut) {
 
 TEST_P(TransportTest, ListenOnUsedPortFails) {
   Recorder h;
-  auto other = CreateTcpTransport(opts_);
+  auto other = CreateTransport(opts_);
   auto port = other->Listen("127.0.0.1", port_, &h);
   ExpectError(port.status(), StatusCode::kUnavailable, "already in use");
 }
 
 TEST_P(TransportTest, GarbageClosesOnlyThatConnection) {
   RawSocket raw;
-  ASSERT_TRUE(raw.Connect(port_));
+  if (opts_.kind == TransportKind::kTcp) {
+    ASSERT_TRUE(raw.Connect(port_));
+  } else {  // shared memory: garbage on the socket its connections start on
+    ASSERT_TRUE(raw.ConnectUnix("byteps-shm-" + std::to_string(port_)));
+  }
   std::mt19937 rng(GetParam());
   uint8_t junk[48];
   for (auto& x : junk) x = static_cast<uint8_t>(rng());
   junk[0] = 'X';  // never the magic
   ASSERT_EQ(::send(raw.fd, junk, sizeof(junk), MSG_NOSIGNAL), 48);
-  ASSERT_TRUE(server_handler_.WaitCloses(1));
-  ExpectError(server_handler_.closes()[0], StatusCode::kProtocol, "bad magic");
+  // Over TCP the handler saw the connection go; a shared-memory connection is the handler's only
+  // once its handshake is done, so this one is dropped before the handler ever meets it.
+  const size_t handler_closes = opts_.kind == TransportKind::kTcp ? 1 : 0;
+  if (handler_closes) {
+    ASSERT_TRUE(server_handler_.WaitCloses(1));
+    ExpectError(server_handler_.closes()[0], StatusCode::kProtocol, "bad magic");
+  }
   EXPECT_TRUE(raw.WaitPeerClosed());
 
   // The listener and the other connection carry on.
@@ -436,14 +469,14 @@ TEST_P(TransportTest, GarbageClosesOnlyThatConnection) {
   ASSERT_TRUE(fresh.value()->SendCopy(Hdr(7, 0), "fresh").ok());
   ASSERT_TRUE(conn_->SendCopy(Hdr(8, 0), "old").ok());
   ASSERT_TRUE(server_handler_.WaitFrames(2));
-  EXPECT_EQ(server_handler_.closes().size(), 1u);
+  EXPECT_EQ(server_handler_.closes().size(), handler_closes);
 }
 
 TEST_P(TransportTest, OversizedPayloadIsProtocolError) {
   Recorder h;
   TransportOptions small = opts_;
   small.max_payload_bytes = 1024;
-  auto server = CreateTcpTransport(small);
+  auto server = CreateTransport(small);
   auto port = server->Listen("127.0.0.1", 0, &h);
   ASSERT_TRUE(port.ok());
   auto conn = client_->Connect("127.0.0.1", port.value(), &client_handler_, 5.0);
@@ -519,17 +552,20 @@ TEST_P(TransportTest, ShutdownIsIdempotentAndFinal) {
   server_->Shutdown();
   auto relisten = server_->Listen("127.0.0.1", 0, &server_handler_);  // nothing would accept on it
   EXPECT_FALSE(relisten.ok()) << "Listen after Shutdown returned port " << relisten.value();
-  auto fresh = CreateTcpTransport(opts_);
+  auto fresh = CreateTransport(opts_);
   auto refused = fresh->Connect("127.0.0.1", port_, &h, 0.3);  // the listener is gone
   EXPECT_FALSE(refused.ok());
   EXPECT_TRUE(h.closes().empty());
   EXPECT_TRUE(sent_.done().empty());
 }
 
-INSTANTIATE_TEST_SUITE_P(IoThreads, TransportTest, ::testing::Values(1, 2, 101, 102),
-                         [](const ::testing::TestParamInfo<int>& p) {
-                           return "io" + std::to_string(p.param % 100) + (p.param >= 100 ? "_secure" : "");
-                         });
+std::string BackendName(const ::testing::TestParamInfo<int>& p) {
+  return std::string(TransportKindName(static_cast<TransportKind>(p.param / 1000))) + "_io" +
+         std::to_string(p.param % 100) + (p.param % 1000 >= 100 ? "_secure" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values(1001, 1002, 1101, 1102, 2001, 2101, 1, 101),
+                         BackendName);
 
 // --- Authentication, checksums and limits on accepted connections ------------------------------
 

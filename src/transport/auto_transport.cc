@@ -1,0 +1,79 @@
+// CreateTransport (transport.h): the backend a process's settings name, and "auto", which puts
+// the shared-memory backend in front of TCP for the peers of this host.
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/transport.h"
+
+namespace byteps::transport {
+namespace {
+
+class AutoTransport final : public Transport {
+ public:
+  explicit AutoTransport(const TransportOptions& o) : tcp_(CreateTcpTransport(o)), shm_(shm::CreateShmTransport(o)) {}
+  ~AutoTransport() override { Shutdown(); }
+
+  StatusOr<int> Listen(const std::string& host, int port, Handler* handler) override {
+    BYTEPS_ASSIGN_OR_RETURN(int bound, tcp_->Listen(host, port, handler));
+    if (auto s = shm_->ListenOnPort(bound, handler); !s.ok()) {
+      BYTEPS_LOG(Warning, "no shared-memory listener next to {}:{} (processes of this host use TCP): {}", host, bound,
+                 s.status().message());
+    }
+    return bound;
+  }
+
+  StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port, Handler* handler,
+                                                double timeout_s) override {
+    if (shm::ShmListening(port) && shm::IsLocalHost(host)) {
+      auto c = shm_->Connect(host, port, handler, timeout_s);
+      if (c.ok()) return c;
+      BYTEPS_LOG(Info, "shared memory to {}:{} is not possible, using TCP: {}", host, port, c.status().message());
+    }
+    return tcp_->Connect(host, port, handler, timeout_s);
+  }
+
+  StatusOr<int> ListenLocal(const std::string& name, Handler* handler) override {
+    return tcp_->ListenLocal(name, handler);
+  }
+  StatusOr<std::shared_ptr<Connection>> ConnectLocal(const std::string& name, Handler* handler,
+                                                     double timeout_s) override {
+    return tcp_->ConnectLocal(name, handler, timeout_s);
+  }
+  void Shutdown() override {
+    shm_->Shutdown();
+    tcp_->Shutdown();
+  }
+
+ private:
+  std::unique_ptr<Transport> tcp_;
+  std::unique_ptr<shm::ShmTransport> shm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> CreateTransport(const TransportOptions& options) {
+  switch (options.kind) {
+    case TransportKind::kTcp:
+      return CreateTcpTransport(options);
+    case TransportKind::kShm:
+      return shm::CreateShmTransport(options);
+    case TransportKind::kAuto:
+      break;
+  }
+  return std::make_unique<AutoTransport>(options);
+}
+
+const char* TransportKindName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kAuto:
+      return "auto";
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kShm:
+      return "shm";
+  }
+  return "unknown";
+}
+
+}  // namespace byteps::transport

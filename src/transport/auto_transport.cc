@@ -2,6 +2,8 @@
 // the shared-memory backend in front of TCP for the peers of this host.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "common/logging.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/transport.h"
@@ -26,9 +28,15 @@ class AutoTransport final : public Transport {
   StatusOr<std::shared_ptr<Connection>> Connect(const std::string& host, int port, Handler* handler,
                                                 double timeout_s) override {
     if (shm::ShmListening(port) && shm::IsLocalHost(host)) {
+      const auto start = std::chrono::steady_clock::now();
       auto c = shm_->Connect(host, port, handler, timeout_s);
       if (c.ok()) return c;
+      // The deadline is the caller's, for both tries: a peer that let the time run out (one that
+      // is going away, say) is not given it again over TCP.
+      const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (c.status().code() == StatusCode::kDeadlineExceeded || left <= 0) return c;
       BYTEPS_LOG(Info, "shared memory to {}:{} is not possible, using TCP: {}", host, port, c.status().message());
+      return tcp_->Connect(host, port, handler, left);
     }
     return tcp_->Connect(host, port, handler, timeout_s);
   }

@@ -46,6 +46,7 @@ std::string ShmConnection::peer_name() const {
 }
 
 void ShmConnection::set_peer_name(std::string name) {
+  if (control_) control_->set_peer_name(name);  // its messages (a close, say) name the same peer
   std::lock_guard<std::mutex> lock(name_mu_);
   peer_ = std::move(name);
 }

@@ -129,6 +129,7 @@ class ShmTransportImpl final : public ShmTransport {
     auto c = control_->ConnectLocal(SocketName(port), &connector_, timeout_s);
     if (!c.ok()) return c.status().WithContext(fmt::format("no shared-memory listener for {}:{}", host, port));
     std::shared_ptr<Connection> control = c.value();
+    control->set_peer_name(fmt::format("{}:{} (shared memory)", host, port));
     auto seg = Segment::Create(NewSegmentName(), kRingBytes);
     if (!seg.ok()) {
       control->Close(seg.status());
@@ -140,6 +141,11 @@ class ShmTransportImpl final : public ShmTransport {
       p.handler = handler;
       p.segment = *seg;
       p.peer = fmt::format("{}:{} (shared memory)", host, port);
+      // Closed before it was registered (the peer died right away): its close found nothing to fail.
+      if (control->closed()) {
+        p.done = true;
+        p.status = Unavailable(fmt::format("{}:{} closed the connection", host, port));
+      }
     }
     Header h;
     h.opcode = Opcode::kShmHello;
@@ -204,6 +210,7 @@ class ShmTransportImpl final : public ShmTransport {
       (void)c.SendCopy(h, st.message());
       return;
     }
+    c.set_peer_name(fmt::format("pid {} (shared memory)", pid));
     auto conn = std::make_shared<ShmConnection>(seg, /*acceptor=*/true, pid, user, ConnOptions(),
                                                 fmt::format("pid {} (shared memory)", pid));
     conn->Attach(c.shared_from_this());

@@ -15,7 +15,7 @@ root=$PWD
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_frame fuzz_server fuzz_stream)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_frame fuzz_server fuzz_stream fuzz_shm_ring)
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 
 echo "== build ($BUILD_DIR) =="

@@ -5,8 +5,8 @@
 
 Shape: 1 worker + 1 server on this host (``bpsrun -n 1 -s 1 --force-distributed -- byteps-core
 bench``), everything else at its default; the only difference between the rows is
-``BYTEPS_TRANSPORT``: ``tcp`` (loopback TCP sockets) and ``shm`` (the shared-memory backend, what
-``auto``, the default, picks for a worker and a server of one host).  Each round runs every
+``BYTEPS_TRANSPORT``: ``tcp`` (loopback TCP sockets) and ``auto`` (the default, which picks the
+shared-memory backend for a worker and a server of one host; the row is labelled shm).  Each round runs every
 transport once, in alternating order; a figure is the median over the rounds of each run's median
 time per push_pull.  Two parts:
 
@@ -31,11 +31,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "python" / "byteps" / "_bin" / "byteps-core"
 TRANSPORTS = ["tcp", "shm"]
+SETTING = {"tcp": "tcp", "shm": "auto"}  # BYTEPS_TRANSPORT of each row: auto, the default, picks shm here
 
 
 def job(transport: str, args: list[str], timeout: float) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BYTEPS_", "DMLC_", "PS_"))}
-    env["BYTEPS_TRANSPORT"] = transport
+    env["BYTEPS_TRANSPORT"] = SETTING[transport]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "bench.json"

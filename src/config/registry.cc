@@ -244,7 +244,8 @@ constexpr Entry kRegistry[] = {
      [](const Config& c) { return fmt::to_string(c.ps_verbose); }, "", false, Disposition::kMapped},
     {"BYTEPS_TRANSPORT", "string",
      "data connections: auto (shared memory to processes of this host that offer it, TCP to the others), tcp "
-     "(TCP only), shm (shared memory only: every peer on this host)",
+     "(TCP only), shm (as auto, but a peer of this host that offers shared memory is reached through it or the "
+     "connection fails saying why, instead of falling back to TCP)",
      SetTransport, [](const Config& c) { return c.transport; }},
     {"DMLC_ENABLE_RDMA", "string",
      "ps-lite's transport choice: unset, 0 or zmq is TCP; anything else asks for RDMA, which this build lacks: "

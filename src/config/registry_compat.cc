@@ -35,7 +35,8 @@ constexpr const char* kWhyBlocking =
 constexpr const char* kWhyDebug =
     "per-key value logging is not built; BYTEPS_LOG_LEVEL=DEBUG logs each operation";
 constexpr const char* kWhyIpc =
-    "shared memory between a colocated worker and server is not built yet: they talk over loopback TCP";
+    "processes of one host (a colocated worker and server) use shared memory by default (BYTEPS_TRANSPORT=auto); "
+    "the receiver copies straight from the sender's memory, with no copy threads; BYTEPS_TRANSPORT=tcp turns it off";
 constexpr const char* kWhyRdma =
     "RDMA is not in this build: the job runs over TCP";
 constexpr const char* kWhyUcx =

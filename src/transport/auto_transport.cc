@@ -13,7 +13,10 @@ namespace {
 
 class AutoTransport final : public Transport {
  public:
-  explicit AutoTransport(const TransportOptions& o) : tcp_(CreateTcpTransport(o)), shm_(shm::CreateShmTransport(o)) {}
+  // strict: a peer of this host that offers shared memory is reached through it or not at all
+  // (BYTEPS_TRANSPORT=shm), so a setup problem shows instead of a slower job.
+  AutoTransport(const TransportOptions& o, bool strict)
+      : strict_(strict), tcp_(CreateTcpTransport(o)), shm_(shm::CreateShmTransport(o)) {}
   ~AutoTransport() override { Shutdown(); }
 
   StatusOr<int> Listen(const std::string& host, int port, Handler* handler) override {
@@ -30,7 +33,7 @@ class AutoTransport final : public Transport {
     if (shm::ShmListening(port) && shm::IsLocalHost(host)) {
       const auto start = std::chrono::steady_clock::now();
       auto c = shm_->Connect(host, port, handler, timeout_s);
-      if (c.ok()) return c;
+      if (c.ok() || strict_) return c;
       // The deadline is the caller's, for both tries: a peer that let the time run out (one that
       // is going away, say) is not given it again over TCP.
       const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -54,6 +57,7 @@ class AutoTransport final : public Transport {
   }
 
  private:
+  const bool strict_;
   std::unique_ptr<Transport> tcp_;
   std::unique_ptr<shm::ShmTransport> shm_;
 };
@@ -65,11 +69,11 @@ std::unique_ptr<Transport> CreateTransport(const TransportOptions& options) {
     case TransportKind::kTcp:
       return CreateTcpTransport(options);
     case TransportKind::kShm:
-      return shm::CreateShmTransport(options);
+      return std::make_unique<AutoTransport>(options, /*strict=*/true);
     case TransportKind::kAuto:
       break;
   }
-  return std::make_unique<AutoTransport>(options);
+  return std::make_unique<AutoTransport>(options, /*strict=*/false);
 }
 
 const char* TransportKindName(TransportKind kind) {

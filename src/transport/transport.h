@@ -75,7 +75,7 @@ class Handler {
 enum class TransportKind : uint8_t {
   kAuto = 0,  // shared memory to processes of this host that offer it, TCP to everyone else
   kTcp = 1,
-  kShm = 2,   // shared memory only (every peer on this host)
+  kShm = 2,   // as auto, but a peer of this host that offers shared memory gets it or an error
 };
 
 struct TransportOptions {

@@ -2,6 +2,7 @@
 // (zero-copy into the handler's buffer), ordering, scatter-gather, completion callbacks, closing,
 // timeouts and hostile peers. Every wait has a deadline so a bug fails the test instead of hanging.
 #include "transport/transport.h"
+#include "transport/shm/shm_transport.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -177,8 +178,8 @@ class TransportTest : public ::testing::TestWithParam<int> {
       opts_.checksum = true;
     }
     opts_.kind = static_cast<TransportKind>(GetParam() / 1000);
-    server_ = CreateTransport(opts_);
-    client_ = CreateTransport(opts_);
+    server_ = Make(opts_);
+    client_ = Make(opts_);
     auto port = server_->Listen("127.0.0.1", 0, &server_handler_);
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     port_ = port.value();
@@ -193,6 +194,11 @@ class TransportTest : public ::testing::TestWithParam<int> {
 
   // Handlers outlive the transports (members are destroyed in reverse order). side_handler_ serves
   // the extra connections some tests open on client_; sent_ only collects on_done calls.
+  // The backend under test: tcp, the shared-memory backend alone, or auto (CreateTransport).
+  static std::unique_ptr<Transport> Make(const TransportOptions& o) {
+    if (o.kind == TransportKind::kShm) return shm::CreateShmTransport(o);
+    return CreateTransport(o);
+  }
   Recorder server_handler_, client_handler_, side_handler_, sent_;
   TransportOptions opts_;
   std::unique_ptr<Transport> server_, client_;
@@ -437,7 +443,7 @@ TEST_P(TransportTest, ConnectToClosedPortTimesOut) {
 
 TEST_P(TransportTest, ListenOnUsedPortFails) {
   Recorder h;
-  auto other = CreateTransport(opts_);
+  auto other = Make(opts_);
   auto port = other->Listen("127.0.0.1", port_, &h);
   ExpectError(port.status(), StatusCode::kUnavailable, "already in use");
 }
@@ -476,7 +482,7 @@ TEST_P(TransportTest, OversizedPayloadIsProtocolError) {
   Recorder h;
   TransportOptions small = opts_;
   small.max_payload_bytes = 1024;
-  auto server = CreateTransport(small);
+  auto server = Make(small);
   auto port = server->Listen("127.0.0.1", 0, &h);
   ASSERT_TRUE(port.ok());
   auto conn = client_->Connect("127.0.0.1", port.value(), &client_handler_, 5.0);
@@ -552,7 +558,7 @@ TEST_P(TransportTest, ShutdownIsIdempotentAndFinal) {
   server_->Shutdown();
   auto relisten = server_->Listen("127.0.0.1", 0, &server_handler_);  // nothing would accept on it
   EXPECT_FALSE(relisten.ok()) << "Listen after Shutdown returned port " << relisten.value();
-  auto fresh = CreateTransport(opts_);
+  auto fresh = Make(opts_);
   auto refused = fresh->Connect("127.0.0.1", port_, &h, 0.3);  // the listener is gone
   EXPECT_FALSE(refused.ok());
   EXPECT_TRUE(h.closes().empty());

@@ -57,7 +57,7 @@ class ShmTransportImpl;
 // accepts) and one for the connections this process makes (`user` null).
 class ControlHandler : public Handler {
  public:
-  ControlHandler(ShmTransportImpl* t, Handler* user, int port) : t_(t), user_(user), port_(port) {}
+  ControlHandler(ShmTransportImpl* t, Handler* user) : t_(t), user_(user) {}
   StatusOr<RecvBuffer> OnHeader(Connection& c, const Header& h) override;
   void OnFrame(Connection& c, const Header& h, RecvBuffer b) override;
   void OnClose(Connection& c, const Status& reason) override;
@@ -65,12 +65,11 @@ class ControlHandler : public Handler {
  private:
   ShmTransportImpl* t_;
   Handler* user_;
-  int port_;
 };
 
 class ShmTransportImpl final : public ShmTransport {
  public:
-  explicit ShmTransportImpl(const TransportOptions& o) : options_(o), connector_(this, nullptr, 0) {
+  explicit ShmTransportImpl(const TransportOptions& o) : options_(o), connector_(this, nullptr) {
     TransportOptions c = o;
     c.name = o.name + "-shm";
     c.socket_buffer_bytes = 0;
@@ -111,7 +110,7 @@ class ShmTransportImpl final : public ShmTransport {
   }
 
   StatusOr<int> ListenOnPort(int port, Handler* handler) override {
-    auto h = std::make_unique<ControlHandler>(this, handler, port);
+    auto h = std::make_unique<ControlHandler>(this, handler);
     BYTEPS_RETURN_IF_ERROR(control_->ListenLocal(SocketName(port), h.get()).status());
     std::lock_guard<std::mutex> lock(mu_);
     listeners_.push_back(std::move(h));

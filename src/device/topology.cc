@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #ifdef BYTEPS_HAVE_HWLOC
@@ -78,6 +79,10 @@ int NumaNodeOfPci(const std::string& bus_id) {
 bool TopologyBuilt() { return true; }
 
 std::vector<PciGpu> HostGpus() {
+  // One load at a time: hwloc's Linux backend reaches libudev, whose process-wide state is not
+  // safe for concurrent loads (ThreadSanitizer saw it, with engines started as threads).
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   std::vector<PciGpu> out;
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return out;

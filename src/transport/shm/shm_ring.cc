@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include <fmt/format.h>
@@ -18,6 +20,13 @@ namespace byteps::transport::shm {
 
 namespace {
 constexpr const char* kPrefix = "byteps-shmt-";
+
+// This process's own segments, by name (see Segment::Open).
+std::mutex g_own_mu;
+std::map<std::string, std::weak_ptr<Segment>>& OwnSegments() {
+  static auto* m = new std::map<std::string, std::weak_ptr<Segment>>();
+  return *m;
+}
 
 size_t AreaBytes(uint64_t capacity) { return sizeof(RingControl) + capacity; }
 size_t SegmentBytes(uint64_t capacity) { return 64 + 2 * AreaBytes(capacity); }
@@ -66,12 +75,23 @@ StatusOr<std::shared_ptr<Segment>> Segment::Create(const std::string& name, uint
   for (int d = 0; d < 2; ++d) new (s->control(d)) RingControl();
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kSegmentMagic;
+  std::lock_guard<std::mutex> lock(g_own_mu);
+  auto& own = OwnSegments();
+  for (auto it = own.begin(); it != own.end();) it = it->second.expired() ? own.erase(it) : std::next(it);
+  own[name] = s;
   return s;
 }
 
 StatusOr<std::shared_ptr<Segment>> Segment::Open(const std::string& name) {
   if (name.rfind(kPrefix, 0) != 0 || name.find('/') != std::string::npos) {
     return InvalidArgument(fmt::format("'{}' is not a byteps connection segment", name));
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_own_mu);
+    auto it = OwnSegments().find(name);
+    if (it != OwnSegments().end()) {
+      if (auto mine = it->second.lock()) return mine;
+    }
   }
   int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) return Unavailable(fmt::format("cannot open shared memory {}: {}", name, std::strerror(errno)));

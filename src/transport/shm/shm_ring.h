@@ -54,7 +54,10 @@ struct SegmentHeader {
   uint32_t reserved;
 };
 
-// A mapped segment: created by the connector (Create), opened by the acceptor (Open).
+// A mapped segment: created by the connector (Create), opened by the acceptor (Open). When both
+// ends are in one process (tests, or a worker and a server started as threads), Open returns the
+// creator's own mapping instead of a second one: one memory seen at two addresses would hide the
+// rings' synchronisation from tools that track memory by address (ThreadSanitizer).
 class Segment {
  public:
   static StatusOr<std::shared_ptr<Segment>> Create(const std::string& name, uint64_t capacity);

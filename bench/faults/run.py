@@ -406,6 +406,8 @@ def kill_pids(pids: list[int]) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.faults.run", description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=200)
+    p.add_argument("--transport", default="auto", choices=["auto", "tcp", "shm"],
+                   help="BYTEPS_TRANSPORT of every process (auto: shared memory between processes of a host)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--only", type=int, action="append", help="run just this trial number (repeatable)")
     p.add_argument("--out", default=str(REPO / "bench-results" / "faults"))
@@ -429,8 +431,9 @@ def main(argv=None) -> int:
     if not args.no_snapshot:
         eprint(f"running the byteps package copied to {joblib.use_snapshot(out / 'snapshot')}")
     known = known_settings()
-    settings = {k: v for k, v in SETTINGS.items() if k in known}
-    dropped = sorted(set(SETTINGS) - set(settings))
+    wanted = {**SETTINGS, "BYTEPS_TRANSPORT": args.transport}
+    settings = {k: v for k, v in wanted.items() if k in known}
+    dropped = sorted(set(wanted) - set(settings))
     faults = args.faults.split(",") if args.faults else list(FAULTS)
     unknown = [f for f in faults if f not in FAULTS]
     if unknown:

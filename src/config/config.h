@@ -37,6 +37,8 @@ struct Config {
   int local_size = 1;                  // BYTEPS_LOCAL_SIZE
   int global_rank = -1;                // BYTEPS_GLOBAL_RANK (-1: derived)
   int pcie_switch_size = 0;            // BYTEPS_PCIE_SWITCH_SIZE (0: from the topology, else one switch)
+  std::string cuda_visible_devices;    // CUDA_VISIBLE_DEVICES (which GPUs count for the topology)
+  std::string nvidia_visible_devices;  // NVIDIA_VISIBLE_DEVICES (the same, when CUDA's is unset)
   std::string job_secret;              // BYTEPS_JOB_SECRET (never printed)
 
   // Worker engine.

@@ -86,7 +86,10 @@ Environment ProcessEnvironment() {
     const size_t eq = kv.find('=');
     if (eq == std::string_view::npos) continue;
     const std::string_view name = kv.substr(0, eq);
-    if (!IsOurPrefix(name) && !StartsWith(name, "PS_")) continue;
+    if (!IsOurPrefix(name) && !StartsWith(name, "PS_") && name != "CUDA_VISIBLE_DEVICES" &&
+        name != "NVIDIA_VISIBLE_DEVICES") {
+      continue;
+    }
     env.emplace(std::string(name), std::string(kv.substr(eq + 1)));
   }
   return env;
@@ -139,6 +142,9 @@ StatusOr<Config> Load(const Environment& env) {
   c.partition_bytes_pinned = Lookup(env, "BYTEPS_PARTITION_BYTES") != nullptr;
   c.scheduling_credit_pinned = Lookup(env, "BYTEPS_SCHEDULING_CREDIT") != nullptr;
   c.connections_per_peer_pinned = Lookup(env, "BYTEPS_CONNECTIONS_PER_PEER") != nullptr;
+  // Not settings of ours: which GPUs the process may use (the topology's switch size counts those).
+  if (const std::string* v = Lookup(env, "CUDA_VISIBLE_DEVICES")) c.cuda_visible_devices = *v;
+  if (const std::string* v = Lookup(env, "NVIDIA_VISIBLE_DEVICES")) c.nvidia_visible_devices = *v;
   BYTEPS_RETURN_IF_ERROR(Validate(c));
   return c;
 }

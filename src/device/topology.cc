@@ -59,11 +59,7 @@ int SwitchSizeOf(const std::vector<PciGpu>& gpus, const std::string& visible) {
   return size;
 }
 
-int DetectedSwitchSize() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (v == nullptr) v = std::getenv("NVIDIA_VISIBLE_DEVICES");
-  return SwitchSizeOf(HostGpus(), v ? v : "");
-}
+int DetectedSwitchSize(const std::string& visible) { return SwitchSizeOf(HostGpus(), visible); }
 
 int NumaNodeOfPci(const std::string& bus_id) {
   std::ifstream f(fmt::format("/sys/bus/pci/devices/{}/numa_node", Lower(bus_id)));

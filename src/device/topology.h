@@ -29,8 +29,9 @@ std::vector<PciGpu> HostGpus();
 // GPUs on root ports, as with NVLink, where there is nothing to gain).
 int SwitchSizeOf(const std::vector<PciGpu>& gpus, const std::string& visible);
 
-// SwitchSizeOf(HostGpus(), CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES).
-int DetectedSwitchSize();
+// SwitchSizeOf(HostGpus(), visible): `visible` is CUDA_VISIBLE_DEVICES, else NVIDIA_VISIBLE_DEVICES
+// (from the process's Config).
+int DetectedSwitchSize(const std::string& visible);
 
 // The NUMA node of the PCI device `bus_id` ("0000:1a:00.0", any case; -1: unknown).
 int NumaNodeOfPci(const std::string& bus_id);

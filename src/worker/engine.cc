@@ -62,7 +62,10 @@ Status Engine::StartLocal() {
   lo.transport = transport::TransportOptionsFor(config_, "bps-local");
   std::string warning;
   const SwitchLayout layout = LayoutSwitches(config_.local_rank, config_.local_size, config_.pcie_switch_size,
-                                             config_.pcie_switch_size > 0 ? 0 : device::DetectedSwitchSize(),
+                                             config_.pcie_switch_size > 0 ? 0
+                                             : device::DetectedSwitchSize(!config_.cuda_visible_devices.empty()
+                                                                              ? config_.cuda_visible_devices
+                                                                              : config_.nvidia_visible_devices),
                                              &warning);
   if (!warning.empty() && config_.local_rank == config_.local_size - 1) BYTEPS_LOG(Warning, "{}", warning);
   if (layout.cross() && config_.local_rank == config_.local_size - 1) {

@@ -63,7 +63,8 @@ struct Config {
   size_t max_message_bytes = 1ull << 30;    // BYTEPS_MAX_MESSAGE_BYTES
   int max_connections = 1024;          // BYTEPS_MAX_CONNECTIONS (accepted, per process)
   bool checksum = false;               // BYTEPS_CHECKSUM (CRC32C on every frame)
-  std::string transport = "auto";      // BYTEPS_TRANSPORT: auto (shm to this host's peers, else tcp), tcp, shm
+  std::string transport = "auto";      // BYTEPS_TRANSPORT: auto (shm to this host's peers, else tcp), tcp, shm, ucx
+  std::string rdma_requested_by;       // "DMLC_ENABLE_RDMA=1" when the original's variable asked for RDMA (UCX)
 
   // Deadlines (seconds).
   double start_timeout_s = 60;         // BYTEPS_START_TIMEOUT: rendezvous must complete by then

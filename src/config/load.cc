@@ -126,6 +126,14 @@ StatusOr<Config> Load(const Environment& env) {
     Status s = e.set(Arg{e.name, *value}, c);
     if (!s.ok()) errors.push_back(s.message());
   }
+  if (!c.rdma_requested_by.empty()) {
+    if (Lookup(env, "BYTEPS_TRANSPORT") == nullptr) {
+      c.transport = "ucx";
+    } else if (c.transport != "ucx") {
+      c.warnings.push_back(fmt::format("{} asks for RDMA (the UCX transport), but BYTEPS_TRANSPORT={} is set and wins",
+                                       c.rdma_requested_by, c.transport));
+    }
+  }
   for (const auto& [name, value] : env) {
     if (value.empty() || !IsOurPrefix(name) || FindEntry(name) != nullptr) continue;
     errors.push_back(UnknownMessage(name));

@@ -82,28 +82,26 @@ Status MapAsync(const Arg& a, Config& c) {
   return Status::Ok();
 }
 
-// DMLC_ENABLE_RDMA / DMLC_ENABLE_UCX select ps-lite's van; TCP is the only transport built so far.
+// DMLC_ENABLE_RDMA / DMLC_ENABLE_UCX select ps-lite's van: anything but "off" asks for RDMA, which
+// is the UCX transport here (Load applies it unless BYTEPS_TRANSPORT says otherwise).
 Status MapTransport(const Arg& a, Config& c) {
   const std::string v(a.value);
   if (v == "0" || v == "zmq" || v == "false" || v == "no" || v == "off") return Status::Ok();
-  c.warnings.push_back(fmt::format(
-      "{}={}: RDMA and UCX transports are not in this build; running over TCP (expect TCP's bandwidth, about half "
-      "of RDMA's)", a.name, a.value));
+  c.rdma_requested_by = std::string(a.name) + "=" + v;
   return Status::Ok();
 }
 
 Status SetTransport(const Arg& a, Config& c) {
   const std::string v(a.value);
-  if (v == "auto" || v == "tcp" || v == "shm") {
+  if (v == "auto" || v == "tcp" || v == "shm" || v == "ucx") {
     c.transport = v;
     return Status::Ok();
   }
-  if (v == "ucx" || v == "rdma" || v == "ibverbs") {
-    return InvalidArgument(fmt::format("{}={}: this byteps has no UCX/RDMA transport yet (libucx-dev is not used by this "
-                                       "build); set {}=auto (shared memory on one host, TCP between hosts) or tcp",
-                                       a.name, a.value, a.name));
+  if (v == "rdma" || v == "ibverbs" || v == "verbs") {
+    return InvalidArgument(fmt::format("{}={}: RDMA goes through UCX here: set {}=ucx (UCX_TLS chooses verbs, rc, "
+                                       "tcp or sm)", a.name, a.value, a.name));
   }
-  return InvalidArgument(fmt::format("{}={} is not a transport: use auto, tcp or shm", a.name, a.value));
+  return InvalidArgument(fmt::format("{}={} is not a transport: use auto, tcp, shm or ucx", a.name, a.value));
 }
 
 constexpr Entry kRegistry[] = {
@@ -245,14 +243,15 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_TRANSPORT", "string",
      "data connections: auto (shared memory to processes of this host that offer it, TCP to the others), tcp "
      "(TCP only), shm (as auto, but a peer of this host that offers shared memory is reached through it or the "
-     "connection fails saying why, instead of falling back to TCP)",
+     "connection fails saying why, instead of falling back to TCP), ucx (UCX: RDMA where the hardware has it; "
+     "UCX_TLS and the other UCX_* variables pass through to UCX)",
      SetTransport, [](const Config& c) { return c.transport; }},
     {"DMLC_ENABLE_RDMA", "string",
-     "ps-lite's transport choice: unset, 0 or zmq is TCP; anything else asks for RDMA, which this build lacks: "
-     "runs over TCP with a loud warning",
+     "ps-lite's transport choice: unset, 0 or zmq is TCP; anything else asks for RDMA: the UCX transport "
+     "(BYTEPS_TRANSPORT=ucx), unless BYTEPS_TRANSPORT is set",
      MapTransport, nullptr, "", false, Disposition::kMapped},
     {"DMLC_ENABLE_UCX", "string",
-     "1 asks for ps-lite's UCX transport, which this build lacks: runs over TCP with a loud warning", MapTransport,
+     "1 asks for ps-lite's UCX transport: BYTEPS_TRANSPORT=ucx, unless BYTEPS_TRANSPORT is set", MapTransport,
      nullptr, "", false, Disposition::kMapped},
     // Accepted, but not stored in Config.
     {"BYTEPS_ENABLE_ASYNC", "bool",

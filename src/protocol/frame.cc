@@ -28,7 +28,7 @@ uint16_t HeaderCrc(const uint8_t* header) {
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 29);
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 31);
 }
 
 const char* OpcodeName(Opcode op) {
@@ -56,6 +56,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kShmHello: return "ShmHello";
     case Opcode::kShmReady: return "ShmReady";
     case Opcode::kShmBell: return "ShmBell";
+    case Opcode::kUcxHello: return "UcxHello";
+    case Opcode::kUcxReady: return "UcxReady";
   }
   return "Unknown";
 }
@@ -118,6 +120,21 @@ StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payl
 std::string DescribeHeader(const Header& h) {
   return fmt::format("{}(key={}, round={}, req={}, sender={}, len={})", OpcodeName(h.opcode), h.key,
                      h.round, h.request_id, h.sender, h.payload_len);
+}
+
+bool IsTransportOpcode(Opcode op) {
+  switch (op) {
+    case Opcode::kAuthChallenge:
+    case Opcode::kAuthResponse:
+    case Opcode::kShmHello:
+    case Opcode::kShmReady:
+    case Opcode::kShmBell:
+    case Opcode::kUcxHello:
+    case Opcode::kUcxReady:
+      return true;
+    default:
+      return false;
+  }
 }
 
 }  // namespace byteps::protocol

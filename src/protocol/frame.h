@@ -47,6 +47,8 @@ enum class Opcode : uint8_t {
   kShmHello = 27,       // connector -> acceptor: map segment <payload JSON>; the frames travel there
   kShmReady = 28,       // acceptor -> connector: mapped (arg 0) or refused (arg 1, payload = why)
   kShmBell = 29,        // either way: arg 1 = records published for you, 2 = space freed / frames read
+  kUcxHello = 30,       // connector -> acceptor (the TCP connection a UCX one starts on): my id, token, worker address
+  kUcxReady = 31,       // acceptor -> connector: arg 0 = my id + worker address; arg 1 = refused, payload = why
 };
 
 // Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the
@@ -82,5 +84,9 @@ void EncodeHeader(const Header& h, uint8_t* out);
 StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload);
 
 std::string DescribeHeader(const Header& h);
+
+// Opcodes a transport uses for its connections themselves (authentication, the shared-memory and
+// UCX handshakes): never a frame for the layers above.
+bool IsTransportOpcode(Opcode op);
 
 }  // namespace byteps::protocol

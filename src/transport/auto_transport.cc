@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
 
 namespace byteps::transport {
 namespace {
@@ -70,6 +71,8 @@ std::unique_ptr<Transport> CreateTransport(const TransportOptions& options) {
       return CreateTcpTransport(options);
     case TransportKind::kShm:
       return std::make_unique<AutoTransport>(options, /*strict=*/true);
+    case TransportKind::kUcx:
+      return ucx::CreateUcxTransport(options);
     case TransportKind::kAuto:
       break;
   }
@@ -84,6 +87,8 @@ const char* TransportKindName(TransportKind kind) {
       return "tcp";
     case TransportKind::kShm:
       return "shm";
+    case TransportKind::kUcx:
+      return "ucx";
   }
   return "unknown";
 }

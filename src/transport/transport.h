@@ -34,6 +34,11 @@ struct RecvBuffer {
 
 using SendCallback = std::function<void(const Status&)>;
 
+// For backends: completes what OnHeader returned for a `len`-byte payload. A buffer the Handler
+// left empty (no data, no discard) gets transport-owned memory; any other must hold exactly `len`
+// bytes (Internal error naming the frame and `peer` otherwise).
+Status PrepareRecvBuffer(RecvBuffer& b, const protocol::Header& header, size_t len, const std::string& peer);
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   virtual ~Connection() = default;
@@ -76,6 +81,7 @@ enum class TransportKind : uint8_t {
   kAuto = 0,  // shared memory to processes of this host that offer it, TCP to everyone else
   kTcp = 1,
   kShm = 2,   // as auto, but a peer of this host that offers shared memory gets it or an error
+  kUcx = 3,   // UCX (RDMA on a cluster; UCX_TLS chooses), plain TCP peers still served (ucx/)
 };
 
 struct TransportOptions {
@@ -117,6 +123,6 @@ std::unique_ptr<Transport> CreateTcpTransport(const TransportOptions& options);
 // connects through shared memory where the peer is on this host and offers it, else over TCP:
 // peers of different settings still meet (a tcp-only peer offers no shared memory).
 std::unique_ptr<Transport> CreateTransport(const TransportOptions& options);
-const char* TransportKindName(TransportKind kind);  // "auto", "tcp", "shm" 
+const char* TransportKindName(TransportKind kind);  // "auto", "tcp", "shm", "ucx"
 
 }  // namespace byteps::transport

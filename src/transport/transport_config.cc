@@ -12,7 +12,10 @@ TransportOptions TransportOptionsFor(const config::Config& c, const std::string&
   t.checksum = c.checksum;
   t.auth_timeout_s = c.auth_timeout_s;
   t.max_connections = c.max_connections;
-  t.kind = c.transport == "tcp" ? TransportKind::kTcp : c.transport == "shm" ? TransportKind::kShm : TransportKind::kAuto;
+  t.kind = c.transport == "tcp"   ? TransportKind::kTcp
+           : c.transport == "shm" ? TransportKind::kShm
+           : c.transport == "ucx" ? TransportKind::kUcx
+                                  : TransportKind::kAuto;
   return t;
 }
 

@@ -27,7 +27,8 @@ constexpr Opcode kAllOpcodes[] = {
     Opcode::kJobError,  Opcode::kHello,        Opcode::kInitKey,  Opcode::kPushPull,
     Opcode::kPushPullReply, Opcode::kError, Opcode::kLocalReady, Opcode::kLocalDone,
     Opcode::kAuthChallenge, Opcode::kAuthResponse, Opcode::kLocalGroup, Opcode::kLocalGo,
-    Opcode::kShmHello, Opcode::kShmReady, Opcode::kShmBell};
+    Opcode::kShmHello, Opcode::kShmReady, Opcode::kShmBell,
+    Opcode::kUcxHello, Opcode::kUcxReady};
 // Bytes EncodeHeader always writes as zero and DecodeHeader ignores (frame.cc: kOffReserved, kOffPad).
 constexpr size_t kIgnoredBytes[] = {7, 18, 19};
 
@@ -137,7 +138,7 @@ TEST(FrameTest, RejectionsNameTheField) {
   ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
                       "unsupported wire version 7 (this build speaks 4)");
 
-  for (int op : {0, 10, 15, 30, 200, 255}) {
+  for (int op : {0, 10, 15, 32, 200, 255}) {
     bytes = Encode(Header{});
     bytes[5] = static_cast<uint8_t>(op);
     ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
@@ -159,7 +160,7 @@ TEST(FrameTest, KnownOpcodesAndNames) {
                                "NodeFailed", "Finish",      "Terminate", "JobError",      "Hello",
                                "InitKey",  "PushPull",      "PushPullReply", "Error", "LocalReady", "LocalDone",
                                "AuthChallenge", "AuthResponse", "LocalGroup", "LocalGo",
-                               "ShmHello", "ShmReady", "ShmBell"};
+                               "ShmHello", "ShmReady", "ShmBell", "UcxHello", "UcxReady"};
   for (size_t i = 0; i < std::size(kAllOpcodes); ++i) {
     EXPECT_EQ(OpcodeName(kAllOpcodes[i]), names[i]);
     EXPECT_TRUE(IsKnownOpcode(static_cast<uint8_t>(kAllOpcodes[i])));

@@ -168,7 +168,8 @@ struct RawSocket {
 // The conformance suite, for every backend. The parameter is io_threads, plus 100 for the secure
 // mode (job secret and checksums), so every test also runs over authenticated, checksummed
 // connections, plus 1000 x the backend (TransportKind: 0 auto, which picks shared memory for
-// these same-host peers, 1 tcp, 2 shm).
+// these same-host peers, 1 tcp, 2 shm, 3 ucx over UCX's tcp transport, 4 ucx over its shared
+// memory: UCX_TLS=tcp / sm, read when the transport is made).
 class TransportTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -177,7 +178,14 @@ class TransportTest : public ::testing::TestWithParam<int> {
       opts_.secret = "transport-test-secret";
       opts_.checksum = true;
     }
-    opts_.kind = static_cast<TransportKind>(GetParam() / 1000);
+    const int backend = GetParam() / 1000;
+    opts_.kind = static_cast<TransportKind>(std::min(backend, 3));
+    if (opts_.kind == TransportKind::kUcx) {
+#ifndef BYTEPS_TEST_HAVE_UCX
+      GTEST_SKIP() << "this build has no UCX (libucx-dev not found at build time)";
+#endif
+      setenv("UCX_TLS", backend == 3 ? "tcp" : "sm", 1);
+    }
     server_ = Make(opts_);
     client_ = Make(opts_);
     auto port = server_->Listen("127.0.0.1", 0, &server_handler_);
@@ -415,7 +423,7 @@ TEST_P(TransportTest, CorkedSendsCompleteWithTheCloseReason) {
 
 TEST_P(TransportTest, PendingSendsCompleteWithTheCloseReason) {
   if (!opts_.secret.empty()) GTEST_SKIP() << "a raw sink cannot authenticate, so Connect would not return";
-  if (opts_.kind != TransportKind::kTcp) GTEST_SKIP() << "a raw TCP sink: shared memory's pending sends are covered by CorkedSendsCompleteWithTheCloseReason";
+  if (opts_.kind != TransportKind::kTcp) GTEST_SKIP() << "a raw TCP sink: the other backends' pending sends are covered by CorkedSendsCompleteWithTheCloseReason";
   RawSocket sink;  // accepts (in the kernel) but never reads: the sends stay queued
   ASSERT_TRUE(sink.Bind(/*listen=*/true));
   auto conn = client_->Connect("127.0.0.1", sink.port, &side_handler_, 5.0);
@@ -452,6 +460,8 @@ TEST_P(TransportTest, GarbageClosesOnlyThatConnection) {
   RawSocket raw;
   if (opts_.kind == TransportKind::kTcp) {
     ASSERT_TRUE(raw.Connect(port_));
+  } else if (opts_.kind == TransportKind::kUcx) {  // UCX: on the TCP connection it starts on
+    ASSERT_TRUE(raw.Connect(port_));
   } else {  // shared memory: garbage on the socket its connections start on
     ASSERT_TRUE(raw.ConnectUnix("byteps-shm-" + std::to_string(port_)));
   }
@@ -462,7 +472,8 @@ TEST_P(TransportTest, GarbageClosesOnlyThatConnection) {
   ASSERT_EQ(::send(raw.fd, junk, sizeof(junk), MSG_NOSIGNAL), 48);
   // Over TCP the handler saw the connection go; a shared-memory connection is the handler's only
   // once its handshake is done, so this one is dropped before the handler ever meets it.
-  const size_t handler_closes = opts_.kind == TransportKind::kTcp ? 1 : 0;
+  // (A UCX listener hands a connection that does not start a UCX one to the handler, as TCP.)
+  const size_t handler_closes = opts_.kind == TransportKind::kTcp || opts_.kind == TransportKind::kUcx ? 1 : 0;
   if (handler_closes) {
     ASSERT_TRUE(server_handler_.WaitCloses(1));
     ExpectError(server_handler_.closes()[0], StatusCode::kProtocol, "bad magic");
@@ -566,11 +577,15 @@ TEST_P(TransportTest, ShutdownIsIdempotentAndFinal) {
 }
 
 std::string BackendName(const ::testing::TestParamInfo<int>& p) {
-  return std::string(TransportKindName(static_cast<TransportKind>(p.param / 1000))) + "_io" +
+  const int backend = p.param / 1000;
+  const std::string name = backend == 3 ? "ucx_tcp" : backend == 4 ? "ucx_sm"
+                                        : TransportKindName(static_cast<TransportKind>(backend));
+  return name + "_io" +
          std::to_string(p.param % 100) + (p.param % 1000 >= 100 ? "_secure" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values(1001, 1002, 1101, 1102, 2001, 2101, 1, 101),
+INSTANTIATE_TEST_SUITE_P(Backends, TransportTest, ::testing::Values(1001, 1002, 1101, 1102, 2001, 2101, 1, 101, 3001,
+                                                                     3002, 3101, 4001, 4101),
                          BackendName);
 
 // --- Authentication, checksums and limits on accepted connections ------------------------------

@@ -18,12 +18,6 @@ using protocol::Opcode;
 namespace {
 void Store32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
 void Store64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
-
-// Opcodes that belong to connections themselves, never to a ring.
-bool IsConnectionOpcode(Opcode op) {
-  return op == Opcode::kAuthChallenge || op == Opcode::kAuthResponse || op == Opcode::kShmHello ||
-         op == Opcode::kShmReady || op == Opcode::kShmBell;
-}
 }  // namespace
 
 ShmConnection::ShmConnection(std::shared_ptr<Segment> segment, bool acceptor, int peer_pid, Handler* handler,
@@ -212,7 +206,7 @@ void ShmConnection::Drain() {
 Status ShmConnection::DeliverOne(const RecordView& rec) {
   auto h = protocol::DecodeHeader(rec.header, protocol::kHeaderSize, options_.max_payload);
   if (!h.ok()) return h.status().WithContext(fmt::format("from {}", peer_name()));
-  if (IsConnectionOpcode(h->opcode)) {
+  if (protocol::IsTransportOpcode(h->opcode)) {
     return ProtocolError(fmt::format("{} from {}: not a frame for a shared-memory ring", protocol::DescribeHeader(*h),
                                      peer_name()));
   }
@@ -240,17 +234,7 @@ Status ShmConnection::DeliverOne(const RecordView& rec) {
   auto target = handler_->OnHeader(*this, *h);
   if (!target.ok()) return target.status();
   RecvBuffer b = std::move(target.value());
-  std::shared_ptr<std::vector<uint8_t>> owned;
-  if (!b.discard && b.data == nullptr && len > 0) {
-    owned = std::make_shared<std::vector<uint8_t>>(len);
-    b.data = owned->data();
-    b.size = len;
-    b.owner = owned;
-  }
-  if (!b.discard && b.size != len) {
-    return Internal(fmt::format("{} from {}: handler gave a {}-byte buffer for {} bytes", protocol::DescribeHeader(*h),
-                                peer_name(), b.size, len));
-  }
+  BYTEPS_RETURN_IF_ERROR(PrepareRecvBuffer(b, *h, len, peer_name()));
   if (!b.discard && len > 0) {
     if (rec.kind == RecordKind::kInline) {
       std::memcpy(b.data, rec.body, len);

@@ -310,16 +310,7 @@ Status TcpConnection::OnFrameHeader() {
     if (!t.ok()) return t.status();
     target_ = std::move(t.value());
   }
-  if (!target_.discard && target_.data == nullptr && len > 0) {
-    owned_ = std::make_shared<std::vector<uint8_t>>(len);
-    target_.data = owned_->data();
-    target_.size = len;
-    target_.owner = owned_;
-  }
-  if (!target_.discard && target_.size != len) {
-    return Internal(fmt::format("{} from {}: handler gave a {}-byte buffer for {} bytes",
-                                protocol::DescribeHeader(cur_), peer_name(), target_.size, len));
-  }
+  BYTEPS_RETURN_IF_ERROR(PrepareRecvBuffer(target_, cur_, len, peer_name()));
   got_ = 0;
   in_payload_ = true;
   if (len == 0) return PayloadComplete();
@@ -339,7 +330,6 @@ Status TcpConnection::DeliverFrame() {
   in_payload_ = false;
   RecvBuffer b = std::move(target_);
   target_ = RecvBuffer{};
-  owned_.reset();
   if (internal_frame_) return HandleAuthFrame(b.data, b.discard ? 0 : cur_.payload_len);
   delivered_ = true;
   handler_->OnFrame(*this, cur_, std::move(b));

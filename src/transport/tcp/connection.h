@@ -130,7 +130,6 @@ class TcpConnection : public Connection {
   uint32_t crc_ = 0;            // running CRC-32C of cur_'s payload
   protocol::Header cur_;
   RecvBuffer target_;
-  std::shared_ptr<std::vector<uint8_t>> owned_;  // transport-allocated payload
   size_t got_ = 0;
 };
 

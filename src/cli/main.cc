@@ -17,6 +17,7 @@
 #include "config/parse.h"
 #include "server/role_main.h"
 #include "worker/job_files.h"
+#include "transport/transport.h"
 
 namespace {
 
@@ -125,6 +126,13 @@ int main(int argc, char** argv) {
     auto c = byteps::config::Load(env);
     if (!c.ok()) return Fail(c.status(), "info");
     fmt::print("{}", byteps::config::Describe(c.value(), env));
+    std::string built;
+    for (auto k : {byteps::transport::TransportKind::kAuto, byteps::transport::TransportKind::kTcp,
+                   byteps::transport::TransportKind::kShm, byteps::transport::TransportKind::kUcx}) {
+      if (byteps::transport::TransportBuilt(k)) built += fmt::format("{}{}", built.empty() ? "" : " ",
+                                                                    byteps::transport::TransportKindName(k));
+    }
+    fmt::print("transports built: {}\n", built);
     for (const std::string& w : c->warnings) fmt::print("warning: {}\n", w);
     PrintChosenSettings(c.value());
     return 0;

@@ -79,6 +79,8 @@ std::unique_ptr<Transport> CreateTransport(const TransportOptions& options) {
   return std::make_unique<AutoTransport>(options, /*strict=*/false);
 }
 
+bool TransportBuilt(TransportKind kind) { return kind != TransportKind::kUcx || ucx::UcxBuilt(); }
+
 const char* TransportKindName(TransportKind kind) {
   switch (kind) {
     case TransportKind::kAuto:

@@ -124,5 +124,7 @@ std::unique_ptr<Transport> CreateTcpTransport(const TransportOptions& options);
 // peers of different settings still meet (a tcp-only peer offers no shared memory).
 std::unique_ptr<Transport> CreateTransport(const TransportOptions& options);
 const char* TransportKindName(TransportKind kind);  // "auto", "tcp", "shm", "ucx"
+// Whether this build has the backend (UCX is optional at build time; the others always are).
+bool TransportBuilt(TransportKind kind);
 
 }  // namespace byteps::transport

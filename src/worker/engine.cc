@@ -81,8 +81,14 @@ Status Engine::StartLocal() {
 
 Status Engine::Connect() {
   transport_ = transport::CreateTransport(transport::TransportOptionsFor(config_, "worker"));
+  // The scheduler is reached over TCP whatever carries the data (as the servers do): it speaks
+  // neither shared memory nor UCX. The data settings' limits stay (its replies can be large).
+  transport::TransportOptions control = transport::TransportOptionsFor(config_, "wrk-ctl");
+  control.kind = transport::TransportKind::kTcp;
+  control.io_threads = 1;
+  control_transport_ = transport::CreateTcpTransport(control);
   cluster::ClientOptions co = cluster::ClientOptionsFor(config_, "worker", 0);
-  auto client = cluster::ClusterClient::Join(*transport_, co, [this](const Status& st) { FailAll(st); });
+  auto client = cluster::ClusterClient::Join(*control_transport_, co, [this](const Status& st) { FailAll(st); });
   if (!client.ok()) return client.status();
   cluster_ = std::move(client.value());
   host_rank_ = cluster_->rank();
@@ -250,6 +256,7 @@ Status Engine::Shutdown() {
   }
   if (local_) local_->Leave();
   cluster_.reset();  // closes the scheduler connection as expected, before the transport goes
+  if (control_transport_) control_transport_->Shutdown();
   if (links_) links_->Shutdown();
   if (transport_) transport_->Shutdown();
   return result;
@@ -268,6 +275,7 @@ Engine::~Engine() {
   pipelines_.reset();                      // its device groups still reach the (closed) local reducer
   local_.reset();
   cluster_.reset();
+  if (control_transport_) control_transport_->Shutdown();
 }
 
 }  // namespace byteps::worker

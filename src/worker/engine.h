@@ -119,7 +119,8 @@ class Engine {
   config::Config config_;
   int rank_ = 0;
   int host_rank_ = 0;  // this host's worker rank (the scheduler's)
-  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;          // data: to the servers
+  std::unique_ptr<transport::Transport> control_transport_;  // TCP: to the scheduler
   std::unique_ptr<cluster::ClusterClient> cluster_;
   std::unique_ptr<LocalCircles> local_;  // BYTEPS_LOCAL_SIZE > 1
   std::unique_ptr<ServerLinks> links_;   // when this process talks to the servers

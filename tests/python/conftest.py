@@ -55,6 +55,16 @@ def require_core() -> None:
         pytest.skip(reason)
 
 
+@pytest.fixture(scope="session")
+def ucx_built() -> bool:
+    """Whether this build has the UCX transport (`byteps info` lists the transports built)."""
+    if missing_core():
+        return False
+    out = subprocess.run([str(CORE_BINARY), "info"], env=job_env(), capture_output=True, text=True, timeout=30)
+    line = next((l for l in out.stdout.splitlines() if l.startswith("transports built:")), "")
+    return "ucx" in line.split()
+
+
 def wait_until_polled_done(bps, handles, timeout: float = 30.0) -> None:
     """Polls every handle until each reports done. Completion is asynchronous even in one process
     (the dispatch thread runs the copy-out stage), so a handle may not be done right after the call

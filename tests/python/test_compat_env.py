@@ -33,7 +33,7 @@ ORIGINAL_ENV = {
     "BYTEPS_TRACE_ON": "1",            # ignored: warns
     "BYTEPS_NUMA_ROOT_QUOTA": "4",     # ignored: warns
     "BYTEPS_NCCL_NUM_RINGS": "2",      # ignored: warns
-    "DMLC_ENABLE_RDMA": "ibverbs",     # mapped, cannot be honoured: loud fallback to TCP
+    "DMLC_ENABLE_RDMA": "ibverbs",     # mapped: the UCX transport (BYTEPS_TRANSPORT=ucx), silently
     "BYTEPS_CUDA_HOME": "/usr/local/cuda",   # build-time: silent
     "BYTEPS_WITHOUT_MXNET": "1",             # build-time: silent
 }
@@ -49,8 +49,7 @@ def test_a_job_with_the_originals_variables_runs_and_warns_once_per_process(run_
             hits = [ln for ln in lines if f"{name}=" in ln]
             assert len(hits) == 1, (role, name, lines)
             assert "is accepted and ignored: " in hits[0], hits[0]
-        rdma = [ln for ln in lines if "DMLC_ENABLE_RDMA=ibverbs" in ln]
-        assert len(rdma) == 1 and "running over TCP" in rdma[0], (role, lines)
+        assert not [ln for ln in lines if "DMLC_ENABLE_RDMA" in ln], (role, lines)  # honoured: UCX
         assert not [ln for ln in lines if "BYTEPS_CUDA_HOME" in ln or "BYTEPS_WITHOUT_MXNET" in ln], lines
     assert "the timeline trace is not built yet" in result.output
 
@@ -58,7 +57,7 @@ def test_a_job_with_the_originals_variables_runs_and_warns_once_per_process(run_
 def test_strict_config_makes_them_a_start_up_error_naming_each(run_job):
     result = run_job(2, 1, SCRIPT, env={**ORIGINAL_ENV, "BYTEPS_STRICT_CONFIG": "1"}, timeout=90)
     assert result.returncode != 0 and "ALL OK" not in result.stdout, result
-    for name in IGNORED + ("DMLC_ENABLE_RDMA",):
+    for name in IGNORED:
         assert re.search(rf"{name}=\S+.*\(an error with BYTEPS_STRICT_CONFIG=1\)", result.output), (name, result)
     assert "BYTEPS_CUDA_HOME" not in result.output
 
@@ -70,10 +69,12 @@ def test_byteps_info_config_lists_every_variable_with_its_disposition():
     rows = {m.group(2): (m.group(1) == "*", m.group(3), m.group(4))
             for m in re.finditer(r"(?m)^([ *]) (\S+)\s+(honoured|mapped|ignored|build-time)\s+(.*)$", out.stdout)}
     assert rows["BYTEPS_PARTITION_BYTES"][1] == "honoured"
-    assert rows["DMLC_ENABLE_UCX"][1] == "mapped" and "TCP" in rows["DMLC_ENABLE_UCX"][2]
+    assert rows["DMLC_ENABLE_UCX"][1] == "mapped" and "BYTEPS_TRANSPORT=ucx" in rows["DMLC_ENABLE_UCX"][2]
     assert rows["BYTEPS_TRACE_ON"] == (True, "ignored", "the timeline trace is not built yet: no trace file is written")
     assert rows["BYTEPS_NCCL_HOME"][1] == "build-time"
     assert len(rows) >= 100, len(rows)
-    plain = subprocess.run([str(CORE_BINARY), "info"], env=job_env({"DMLC_ENABLE_RDMA": "1"}),
+    plain = subprocess.run([str(CORE_BINARY), "info"],
+                           env=job_env({"DMLC_ENABLE_RDMA": "1", "BYTEPS_TRANSPORT": "tcp"}),
                            capture_output=True, text=True, timeout=30)
-    assert "warning: DMLC_ENABLE_RDMA=1: RDMA and UCX transports are not in this build" in plain.stdout, plain.stdout
+    assert ("warning: DMLC_ENABLE_RDMA=1 asks for RDMA (the UCX transport), but BYTEPS_TRANSPORT=tcp is set and wins"
+            in plain.stdout), plain.stdout

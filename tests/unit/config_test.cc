@@ -443,15 +443,25 @@ TEST(ConfigCompat, EveryVariableOfTheOriginalRunsWithADisposition) {
 }
 
 TEST(ConfigCompat, WhatCannotBeHonouredWarnsLoudlyWithTheFallback) {
-  auto rdma = Load({{"DMLC_ENABLE_RDMA", "ibverbs"}});
-  ASSERT_TRUE(rdma.ok());
-  ASSERT_EQ(rdma->warnings.size(), 1u);
-  EXPECT_NE(rdma->warnings[0].find("running over TCP"), std::string::npos) << rdma->warnings[0];
-  for (const char* tcp : {"0", "zmq"}) EXPECT_TRUE(MustLoad({{"DMLC_ENABLE_RDMA", tcp}}).warnings.empty()) << tcp;
-  auto ucx = Load({{"DMLC_ENABLE_UCX", "1"}});
-  ASSERT_TRUE(ucx.ok());
-  ASSERT_EQ(ucx->warnings.size(), 1u);
-  EXPECT_NE(ucx->warnings[0].find("DMLC_ENABLE_UCX=1"), std::string::npos);
+  // The original's RDMA switches select the UCX transport, silently (honoured), unless
+  // BYTEPS_TRANSPORT says otherwise: then it wins, with one warning.
+  for (const Environment& env : {Environment{{"DMLC_ENABLE_RDMA", "ibverbs"}}, Environment{{"DMLC_ENABLE_RDMA", "1"}},
+                                 Environment{{"DMLC_ENABLE_UCX", "1"}}}) {
+    Config c = MustLoad(env);
+    EXPECT_EQ(c.transport, "ucx") << env.begin()->first;
+    EXPECT_TRUE(c.warnings.empty()) << env.begin()->first;
+  }
+  for (const char* tcp : {"0", "zmq"}) {
+    Config c = MustLoad({{"DMLC_ENABLE_RDMA", tcp}});
+    EXPECT_TRUE(c.warnings.empty()) << tcp;
+    EXPECT_EQ(c.transport, "auto") << tcp;
+  }
+  Config pinned = MustLoad({{"DMLC_ENABLE_RDMA", "1"}, {"BYTEPS_TRANSPORT", "tcp"}});
+  EXPECT_EQ(pinned.transport, "tcp");
+  ASSERT_EQ(pinned.warnings.size(), 1u);
+  EXPECT_NE(pinned.warnings[0].find("DMLC_ENABLE_RDMA=1 asks for RDMA (the UCX transport), but BYTEPS_TRANSPORT=tcp "
+                                    "is set and wins"), std::string::npos) << pinned.warnings[0];
+  EXPECT_TRUE(MustLoad({{"DMLC_ENABLE_UCX", "1"}, {"BYTEPS_TRANSPORT", "ucx"}}).warnings.empty());
   for (const char* v : {"0", "false", "off", "no"}) EXPECT_TRUE(MustLoad({{"BYTEPS_ENABLE_ASYNC", v}}).warnings.empty());
   for (const char* v : {"1", "true"}) {
     auto async = Load({{"BYTEPS_ENABLE_ASYNC", v}});
@@ -465,11 +475,12 @@ TEST(ConfigCompat, WhatCannotBeHonouredWarnsLoudlyWithTheFallback) {
 
 TEST(ConfigCompat, StrictConfigTurnsEveryWarningIntoAnError) {
   Environment env = {{"BYTEPS_STRICT_CONFIG", "1"}, {"BYTEPS_TRACE_ON", "1"}, {"DMLC_ENABLE_RDMA", "1"},
-                     {"BYTEPS_CUDA_HOME", "/usr/local/cuda"}};
+                     {"BYTEPS_TRANSPORT", "tcp"}, {"BYTEPS_CUDA_HOME", "/usr/local/cuda"}};
   const std::string m = LoadError(env);
   EXPECT_NE(m.find("BYTEPS_TRACE_ON=1 is accepted and ignored: the timeline trace is not built yet"),
             std::string::npos) << m;
-  EXPECT_NE(m.find("DMLC_ENABLE_RDMA=1: RDMA and UCX transports are not in this build"), std::string::npos) << m;
+  EXPECT_NE(m.find("DMLC_ENABLE_RDMA=1 asks for RDMA (the UCX transport), but BYTEPS_TRANSPORT=tcp is set"),
+            std::string::npos) << m;
   EXPECT_NE(m.find("(an error with BYTEPS_STRICT_CONFIG=1)"), std::string::npos) << m;
   EXPECT_EQ(m.find("BYTEPS_CUDA_HOME"), std::string::npos) << "build-time names stay silent: " << m;
   env.erase("BYTEPS_TRACE_ON");

@@ -236,6 +236,20 @@ def stream_seeds():
     return s
 
 
+def ucx_header_seeds():
+    # The UCX backend's message header: u64 connection id, u64 token, u32 flags (1 = payload
+    # CRC-32C present), u32 crc, then the 48-byte frame header (docs/wire-format.md).
+    def am(conn_id, token, flags, crc, hdr):
+        return struct.pack('<QQII', conn_id, token, flags, crc) + hdr
+    return {
+        'seed_push': am(1, 0x1234567890abcdef, 0, 0, header('PushPull', key=5, rnd=1, payload_len=4 << 20)),
+        'seed_checksummed': am(2, 7, 1, 0xdeadbeef, header('PushPullReply', flags=FLAG_CHECKSUM, key=9,
+                                                            payload_len=4096)),
+        'seed_hello': am(3, 0, 0, 0, header('Hello', payload_len=30)),
+        'seed_zero': am(0, 0, 0, 0, header('Heartbeat')),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(HERE, 'corpus', target)
     shutil.rmtree(d, ignore_errors=True)
@@ -270,3 +284,4 @@ if __name__ == '__main__':
     write('fuzz_frame', frame_seeds())
     write('fuzz_server', server_seeds())
     write('fuzz_stream', stream_seeds())
+    write('fuzz_ucx_header', ucx_header_seeds())

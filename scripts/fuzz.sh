@@ -15,7 +15,10 @@ root=$PWD
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_frame fuzz_server fuzz_stream fuzz_shm_ring)
+if [ ${#TARGETS[@]} -eq 0 ]; then
+  TARGETS=(fuzz_frame fuzz_server fuzz_stream fuzz_shm_ring)
+  pkg-config --exists ucx 2>/dev/null && TARGETS+=(fuzz_ucx_header)  # built only with UCX
+fi
 BUILD_DIR=${BUILD_DIR:-build-fuzz}
 
 echo "== build ($BUILD_DIR) =="

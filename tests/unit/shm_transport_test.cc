@@ -20,6 +20,7 @@
 
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_transport.h"
+#include "transport_test_sink.h"
 
 namespace byteps::transport::shm {
 namespace {
@@ -137,28 +138,6 @@ TEST(ShmSegment, LeftoversOfDeadProcessesAreRemovedAndOursKept) {
   EXPECT_EQ(Segment::Open("other-thing").status().code(), StatusCode::kInvalidArgument);
 }
 
-class Sink : public Handler {
- public:
-  StatusOr<RecvBuffer> OnHeader(Connection&, const Header&) override { return RecvBuffer{}; }
-  void OnFrame(Connection&, const Header& h, RecvBuffer b) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    frames_.push_back(b.size);
-    (void)h;
-  }
-  void OnClose(Connection&, const Status& reason) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    closes_.push_back(reason);
-    cv_.notify_all();
-  }
-  bool WaitClose(std::chrono::seconds d) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, d, [&] { return !closes_.empty(); });
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<size_t> frames_;
-  std::vector<Status> closes_;
-};
 
 // The sending process dies (SIGKILL) right after it queued a 256 MiB frame that stays in its own
 // memory: the receiver notices within the deadline, never delivers a partial frame, and nothing

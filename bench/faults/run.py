@@ -406,7 +406,7 @@ def kill_pids(pids: list[int]) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python3 -m bench.faults.run", description=__doc__.split("\n")[0])
     p.add_argument("--trials", type=int, default=200)
-    p.add_argument("--transport", default="auto", choices=["auto", "tcp", "shm"],
+    p.add_argument("--transport", default="auto", choices=["auto", "tcp", "shm", "ucx"],
                    help="BYTEPS_TRANSPORT of every process (auto: shared memory between processes of a host)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--only", type=int, action="append", help="run just this trial number (repeatable)")

@@ -4,14 +4,15 @@
                                                [--out bench-results/transports.json]
 
 Shape: 1 worker + 1 server on this host (``bpsrun -n 1 -s 1 --force-distributed -- byteps-core
-bench``), everything else at its default; the only difference between the rows is
-``BYTEPS_TRANSPORT``: ``tcp`` (loopback TCP sockets) and ``auto`` (the default, which picks the
-shared-memory backend for a worker and a server of one host; the row is labelled shm).  Each round runs every
-transport once, in alternating order; a figure is the median over the rounds of each run's median
-time per push_pull.  Two parts:
+bench``), everything else at its default; the only difference between the rows is the transport:
+``tcp`` (``BYTEPS_TRANSPORT=tcp``: loopback TCP sockets), ``shm`` (``auto``, the default, which
+picks the shared-memory backend for a worker and a server of one host), ``ucx_tcp`` and ``ucx_sm``
+(``BYTEPS_TRANSPORT=ucx`` with ``UCX_TLS=tcp`` / ``sm``; left out when the build has no UCX).
+``--transports`` picks rows.  Each round runs every transport once, rotating the order; a figure
+is the median over the rounds of each run's median time per push_pull.  Two parts:
 
-* the size sweep (``--min-bytes`` .. ``--max-bytes``, x4 steps): algorithm bandwidth, and the
-  shm/tcp ratio (> 1: shared memory is faster);
+* the size sweep (``--min-bytes`` .. ``--max-bytes``, x4 steps): algorithm bandwidth, and each
+  row's ratio to tcp (> 1: faster than loopback TCP);
 * small tensors: 1,000 tensors of 4 KiB per iteration, the time per tensor.
 
 Every job has a deadline (``--timeout``); the exit status is 1 when a job failed.
@@ -30,13 +31,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "python" / "byteps" / "_bin" / "byteps-core"
-TRANSPORTS = ["tcp", "shm"]
-SETTING = {"tcp": "tcp", "shm": "auto"}  # BYTEPS_TRANSPORT of each row: auto, the default, picks shm here
+ALL = ["tcp", "shm", "ucx_tcp", "ucx_sm"]
+# The settings of each row: auto, the default, picks shared memory here.
+SETTING = {"tcp": {"BYTEPS_TRANSPORT": "tcp"}, "shm": {"BYTEPS_TRANSPORT": "auto"},
+           "ucx_tcp": {"BYTEPS_TRANSPORT": "ucx", "UCX_TLS": "tcp"},
+           "ucx_sm": {"BYTEPS_TRANSPORT": "ucx", "UCX_TLS": "sm"}}
+
+
+def ucx_built() -> bool:
+    r = subprocess.run([str(CORE), "info"], capture_output=True, text=True, timeout=60)
+    line = next((l for l in r.stdout.splitlines() if l.startswith("transports built:")), "")
+    return "ucx" in line.split()
 
 
 def job(transport: str, args: list[str], timeout: float) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BYTEPS_", "DMLC_", "PS_"))}
-    env["BYTEPS_TRANSPORT"] = SETTING[transport]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BYTEPS_", "DMLC_", "PS_", "UCX_"))}
+    env.update(SETTING[transport])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "python"), env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "bench.json"
@@ -55,16 +65,22 @@ def main(argv=None) -> int:
     p.add_argument("--max-bytes", default="256M")
     p.add_argument("--small-iters", type=int, default=30)
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--transports", default=",".join(ALL), help=f"rows, from {','.join(ALL)} (tcp is always run)")
     p.add_argument("--out", type=Path, default=ROOT / "bench-results" / "transports.json")
     a = p.parse_args(argv)
     if not CORE.exists():
         print(f"no {CORE}: run scripts/build.sh first", file=sys.stderr)
         return 1
-    sweep = {t: {} for t in TRANSPORTS}   # transport -> bytes -> [median us per round]
-    small = {t: [] for t in TRANSPORTS}   # transport -> [us per tensor per round]
+    kinds = ["tcp"] + [t for t in a.transports.split(",") if t in ALL and t != "tcp"]
+    if not ucx_built() and any(t.startswith("ucx") for t in kinds):
+        print("# this build has no UCX: its rows are left out", file=sys.stderr)
+        kinds = [t for t in kinds if not t.startswith("ucx")]
+    sweep = {t: {} for t in kinds}   # transport -> bytes -> [median us per round]
+    small = {t: [] for t in kinds}   # transport -> [us per tensor per round]
     failed = False
     for r in range(a.rounds):
-        for t in (TRANSPORTS if r % 2 == 0 else TRANSPORTS[::-1]):
+        k = r % len(kinds)
+        for t in kinds[k:] + kinds[:k]:
             try:
                 d = job(t, ["--min-bytes", a.min_bytes, "--max-bytes", a.max_bytes, "--step-factor", "4"], a.timeout)
                 for row in d["rows"]:
@@ -76,18 +92,25 @@ def main(argv=None) -> int:
                 failed = True
         print(f"# round {r + 1} of {a.rounds} done", file=sys.stderr)
     rows = []
-    print(f"# loopback push_pull, 1 worker + 1 server, defaults except BYTEPS_TRANSPORT; medians of {a.rounds} rounds")
-    print(f"{'size':>10} {'tcp GB/s':>10} {'shm GB/s':>10} {'shm/tcp':>8}")
-    for b in sorted(set(sweep["tcp"]) & set(sweep["shm"])):
-        tt, ts = statistics.median(sweep["tcp"][b]), statistics.median(sweep["shm"][b])
-        row = {"bytes": b, "tcp_GBps": b / tt / 1e3, "shm_GBps": b / ts / 1e3, "shm_over_tcp": tt / ts}
+    others = [t for t in kinds if t != "tcp"]
+    print(f"# loopback push_pull, 1 worker + 1 server, defaults except the transport; medians of {a.rounds} rounds")
+    print(f"{'size':>10} " + " ".join(f"{t + ' GB/s':>12}" for t in kinds) + " " +
+          " ".join(f"{t + '/tcp':>11}" for t in others))
+    for b in sorted(set.intersection(*(set(sweep[t]) for t in kinds))):
+        med = {t: statistics.median(sweep[t][b]) for t in kinds}
+        row = {"bytes": b}
+        for t in kinds:
+            row[f"{t}_GBps"] = b / med[t] / 1e3
+        for t in others:
+            row[f"{t}_over_tcp"] = med["tcp"] / med[t]
         rows.append(row)
-        print(f"{b:>10} {row['tcp_GBps']:>10.3f} {row['shm_GBps']:>10.3f} {row['shm_over_tcp']:>7.2f}x")
-    result = {"rows": rows, "rounds": a.rounds}
-    if small["tcp"] and small["shm"]:
-        st, ss = statistics.median(small["tcp"]), statistics.median(small["shm"])
-        result["small"] = {"tcp_us_per_tensor": st, "shm_us_per_tensor": ss}
-        print(f"# 1000 x 4 KiB per iteration: tcp {st:.1f} us per tensor, shm {ss:.1f} us per tensor")
+        print(f"{b:>10} " + " ".join(f"{row[t + '_GBps']:>12.3f}" for t in kinds) + " " +
+              " ".join(f"{row[t + '_over_tcp']:>10.2f}x" for t in others))
+    result = {"rows": rows, "rounds": a.rounds, "transports": kinds}
+    if all(small[t] for t in kinds):
+        result["small"] = {f"{t}_us_per_tensor": statistics.median(small[t]) for t in kinds}
+        print("# 1000 x 4 KiB per iteration, us per tensor: " +
+              ", ".join(f"{t} {result['small'][t + '_us_per_tensor']:.1f}" for t in kinds))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     print("JSON " + json.dumps(result))

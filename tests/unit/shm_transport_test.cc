@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/tsan.h"
 #include "transport/shm/shm_ring.h"
 #include "transport/shm/shm_transport.h"
 #include "transport_test_sink.h"
@@ -142,13 +143,6 @@ TEST(ShmSegment, LeftoversOfDeadProcessesAreRemovedAndOursKept) {
 // The sending process dies (SIGKILL) right after it queued a 256 MiB frame that stays in its own
 // memory: the receiver notices within the deadline, never delivers a partial frame, and nothing
 // of the dead process is left in /dev/shm.
-#if defined(__SANITIZE_THREAD__)
-#define BYTEPS_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define BYTEPS_UNDER_TSAN 1
-#endif
-#endif
 
 TEST(ShmTransport, APeerKilledMidFrameIsDetectedAndNothingIsLeft) {
 #ifdef BYTEPS_UNDER_TSAN

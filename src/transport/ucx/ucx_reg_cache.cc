@@ -1,12 +1,18 @@
 #include "transport/ucx/ucx_reg_cache.h"
 
 #include "common/logging.h"
+#include "common/tsan.h"
 
 namespace byteps::transport::ucx {
 
 RegistrationCache::RegistrationCache(ucp_context_h context, size_t capacity)
     : context_(context), capacity_(capacity) {
+#ifdef BYTEPS_UNDER_TSAN
+  // libucm's hooks (madvise at a thread's exit) run where ThreadSanitizer has no thread state.
+  ucs_status_t s = UCS_ERR_UNSUPPORTED;
+#else
   ucs_status_t s = ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, -1, &RegistrationCache::OnMemoryEvent, this);
+#endif
   watching_ = s == UCS_OK;
   if (!watching_) {
     BYTEPS_LOG(Info, "UCX memory events are not available ({}): rendezvous sends register their memory each time",

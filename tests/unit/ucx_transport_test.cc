@@ -127,6 +127,53 @@ TEST_F(RegistrationCacheTest, AnEntryInUseOutlivesItsInvalidationAndTheLeastRece
   EXPECT_EQ(cache.stats().misses, misses + 1) << "y was the one evicted";
 }
 
+// Over UCX's tcp and sm: a small payload arrives eagerly, a large one by rendezvous (fetched by
+// UCX straight into the handler's buffer), both intact.
+TEST(UcxTransport, SmallPayloadsGoEagerlyAndLargeOnesByRendezvous) {
+  for (const char* tls : {"tcp", "sm"}) {
+    SCOPED_TRACE(tls);
+    setenv("UCX_TLS", tls, 1);
+    TransportOptions o;
+    o.kind = TransportKind::kUcx;
+    auto server = CreateTransport(o), client = CreateTransport(o);
+    Sink sink, mine;
+    auto port = server->Listen("127.0.0.1", 0, &sink);
+    ASSERT_TRUE(port.ok()) << port.status().ToString();
+    auto c = client->Connect("127.0.0.1", *port, &mine, 5.0);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    std::vector<uint8_t> small(4096, 1), large(4u << 20, 2);
+    for (auto* v : {&small, &large}) {
+      const ReceiveCounts before = ReceivedSoFar();
+      Header h;
+      h.opcode = protocol::Opcode::kPushPull;
+      h.payload_len = v->size();
+      ASSERT_TRUE((*c)->Send(h, {{v->data(), v->size()}}, [](const Status&) {}).ok());
+      for (int i = 0; i < 500; ++i) {
+        {
+          std::lock_guard<std::mutex> lock(sink.mu_);
+          if (!sink.frames_.empty() && sink.frames_.back() == v->size()) break;
+        }
+        usleep(10000);
+      }
+      const ReceiveCounts after = ReceivedSoFar();
+      if (v == &small) {
+        EXPECT_EQ(after.eager - before.eager, 1u);
+        EXPECT_EQ(after.rndv, before.rndv);
+      } else {
+        EXPECT_EQ(after.rndv - before.rndv, 1u) << "a 4 MiB payload did not go by rendezvous";
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(sink.mu_);
+      ASSERT_EQ(sink.frames_.size(), 2u);
+      EXPECT_EQ(sink.frames_[1], large.size());
+    }
+    client->Shutdown();
+    server->Shutdown();
+  }
+  unsetenv("UCX_TLS");
+}
+
 TEST(UcxTransport, UcxThatCannotStartIsANamedErrorWithTheFallback) {
   const char* old = std::getenv("UCX_TLS");
   const std::string saved = old ? old : "";

@@ -3,8 +3,8 @@
 // exchanged over the authenticated TCP connection the UCX one starts on: a message without them is
 // dropped), the payload's CRC-32C when BYTEPS_CHECKSUM asks for it, and the byteps frame header.
 // Payloads under kRndvMin go eagerly (copied through UCX's bounce buffers); larger ones by
-// rendezvous, zero-copy from the sender's memory (registered through the worker's registration
-// cache) straight into the buffer the receiver's Handler chose. Frames reach the Handler in the
+// UCX's rendezvous, zero-copy from the sender's memory (registered through the worker's
+// registration cache) straight into the buffer the receiver's Handler chose. Frames reach the Handler in the
 // order they were sent, whichever protocol carried them.
 // The TCP connection stays open beside it: it is how a dead peer (kill -9 included) is noticed at
 // once, with UCX's endpoint errors as a second signal.

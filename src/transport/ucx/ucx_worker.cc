@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 
@@ -14,6 +15,12 @@
 namespace byteps::transport::ucx {
 
 std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
+
+namespace {
+std::atomic<uint64_t> g_eager{0}, g_rndv{0};
+}  // namespace
+
+ReceiveCounts ReceivedSoFar() { return {g_eager.load(), g_rndv.load()}; }
 
 StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create() {
   ucp_config_t* config = nullptr;
@@ -167,6 +174,7 @@ ucs_status_t UcxWorker::OnMessage(void* arg, const void* header, size_t header_l
     if (it != self->conns_.end() && it->second->token() == parsed->token) conn = it->second;
   }
   const bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  (rndv ? g_rndv : g_eager).fetch_add(1, std::memory_order_relaxed);
   if (!conn) {
     // Not for a connection of ours (closed meanwhile, or forged): dropped, rendezvous data too.
     BYTEPS_LOG(Debug, "UCX: dropping a message for no connection here ({})",

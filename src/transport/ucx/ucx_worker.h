@@ -96,7 +96,13 @@ class UcxWorker {
   bool stopped_ = false;
 };
 
-// "UCX_TLS=tcp" style text of UCX's status, for messages.
+// UCX's text for a status, for messages.
 std::string UcsError(ucs_status_t status);
+
+// Messages this process received so far, by protocol (for tests and debugging).
+struct ReceiveCounts {
+  uint64_t eager = 0, rndv = 0;
+};
+ReceiveCounts ReceivedSoFar();
 
 }  // namespace byteps::transport::ucx

@@ -169,7 +169,7 @@ void UcxConnection::StartSend(SendOp* op) {
   p.user_data = op;
   // Small payloads eagerly; large ones take UCX's rendezvous (its threshold is below kRndvMin on
   // every transport, and forcing the flag measured slower: it rules out UCX's own protocol tuning).
-  p.flags = op->bytes < kRndvMin ? UCP_AM_SEND_FLAG_EAGER : 0;
+  p.flags = op->bytes < kRndvMin || options_.large_eager ? UCP_AM_SEND_FLAG_EAGER : 0;
   const void* buffer = nullptr;
   size_t count = 0;
   if (op->iov.size() == 1) {

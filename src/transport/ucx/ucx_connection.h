@@ -4,7 +4,8 @@
 // dropped), the payload's CRC-32C when BYTEPS_CHECKSUM asks for it, and the byteps frame header.
 // Payloads under kRndvMin go eagerly (copied through UCX's bounce buffers); larger ones by
 // UCX's rendezvous, zero-copy from the sender's memory (registered through the worker's
-// registration cache) straight into the buffer the receiver's Handler chose. Frames reach the Handler in the
+// registration cache) straight into the buffer the receiver's Handler chose, over RDMA and to
+// processes of this host (UCX's cma: one copy); between hosts without RDMA they go eagerly too. Frames reach the Handler in the
 // order they were sent, whichever protocol carried them.
 // The TCP connection stays open beside it: it is how a dead peer (kill -9 included) is noticed at
 // once, with UCX's endpoint errors as a second signal.
@@ -57,6 +58,9 @@ struct Arrival {
 struct UcxConnectionOptions {
   uint64_t max_payload = 1ull << 30;
   bool checksum = false;
+  // Large payloads eagerly too: a peer on another host reached without RDMA (UCX's tcp), where
+  // rendezvous copies as much and adds a round trip per message.
+  bool large_eager = false;
 };
 
 class UcxConnection : public Connection {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "transport/shm/shm_transport.h"
 #include "transport/ucx/ucx_connection.h"
 #include "transport/ucx/ucx_worker.h"
 
@@ -110,6 +111,7 @@ class UcxTransportImpl final : public Transport {
       init_ = ctx.status();
       return;
     }
+    context_ = *ctx;
     for (int i = 0; i < std::max(1, o.io_threads); ++i) {
       auto w = UcxWorker::Create(*ctx, fmt::format("{}-ucx{}", o.name, i));
       if (!w.ok()) {
@@ -147,7 +149,7 @@ class UcxTransportImpl final : public Transport {
       worker = workers_[next_worker_++ % workers_.size()];
       token = rng_();
     }
-    auto conn = NewConnection(worker, handler, peer, token);
+    auto conn = NewConnection(worker, handler, peer, token, shm::IsLocalHost(host));
     conn->Attach(control);
     worker->RunSync([&] { conn->Bind(worker->Register(conn)); });
     {
@@ -238,8 +240,9 @@ class UcxTransportImpl final : public Transport {
       worker = workers_[next_worker_++ % workers_.size()];
     }
     const std::string peer = fmt::format("{} (UCX)", c.peer_name());
-    worker->Post([this, worker, control, user, remote_id, token, address, peer] {
-      auto conn = NewConnection(worker, user, peer, token);
+    const bool local = shm::IsLocalHost(c.peer_name().substr(0, c.peer_name().rfind(':')));
+    worker->Post([this, worker, control, user, remote_id, token, address, peer, local] {
+      auto conn = NewConnection(worker, user, peer, token, local);
       conn->Attach(control);
       conn->Bind(worker->Register(conn));
       auto ep = worker->CreateEndpoint(address, conn.get());
@@ -311,10 +314,11 @@ class UcxTransportImpl final : public Transport {
   };
 
   std::shared_ptr<UcxConnection> NewConnection(std::shared_ptr<UcxWorker> worker, Handler* handler,
-                                               const std::string& peer, uint64_t token) {
+                                               const std::string& peer, uint64_t token, bool local_peer) {
     UcxConnectionOptions o;
     o.max_payload = options_.max_payload_bytes;
     o.checksum = options_.checksum;
+    o.large_eager = !local_peer && !context_->rdma();
     std::shared_ptr<ControlReaper> reaper = reaper_;
     return std::make_shared<UcxConnection>(std::move(worker), handler, o, peer, token,
                                            [reaper](std::shared_ptr<Connection> c, Status s) {
@@ -345,6 +349,7 @@ class UcxTransportImpl final : public Transport {
   std::unique_ptr<Transport> control_;
   ControlHandler connector_;
   std::shared_ptr<ControlReaper> reaper_;
+  std::shared_ptr<UcxContext> context_;
   std::vector<std::shared_ptr<UcxWorker>> workers_;
   std::mutex mu_;
   std::condition_variable cv_;

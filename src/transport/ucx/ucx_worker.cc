@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -37,6 +38,18 @@ StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create() {
   std::shared_ptr<UcxContext> ctx(new UcxContext());
   s = ucp_init(&params, config, &ctx->context_);
   ucp_config_release(config);
+  if (s == UCS_OK) {
+    // UCX lists its resources ("resource 1 : md 1 dev 1 flags -- rc_mlx5/mlx5_0:1") only as text.
+    char* text = nullptr;
+    size_t size = 0;
+    if (FILE* f = open_memstream(&text, &size)) {
+      ucp_context_print_info(ctx->context_, f);
+      std::fclose(f);
+      const std::string info(text ? text : "", size);
+      std::free(text);
+      for (const char* tl : {"-- rc_", "-- ud_", "-- dc_"}) ctx->rdma_ |= info.find(tl) != std::string::npos;
+    }
+  }
   if (s != UCS_OK) {
     const char* tls = std::getenv("UCX_TLS");
     return Unavailable(fmt::format("UCX is not available here: ucp_init failed: {} (UCX_TLS={}); set "

@@ -34,10 +34,14 @@ class UcxContext {
   UcxContext(const UcxContext&) = delete;
   UcxContext& operator=(const UcxContext&) = delete;
   ucp_context_h handle() const { return context_; }
+  // Whether UCX found an RDMA transport (verbs rc/ud/dc) to use: only then does rendezvous between
+  // hosts move data without copies; over UCX's tcp it costs a round trip per message for nothing.
+  bool rdma() const { return rdma_; }
 
  private:
   UcxContext() = default;
   ucp_context_h context_ = nullptr;
+  bool rdma_ = false;
 };
 
 class UcxWorker {

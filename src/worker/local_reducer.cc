@@ -226,27 +226,32 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
 void LocalReducer::OnClose(transport::Connection& c, const Status& reason) {
   Status st;
   int dead_pid = 0;
+  bool report = true;  // an unexpected loss: the job fails
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return;
     if (is_root()) {
       auto pit = peers_.find(static_cast<int>(c.tag));
-      if (pit == peers_.end() || pit->second.left) return;
+      if (pit == peers_.end()) return;
       dead_pid = pit->second.pid;
+      report = !pit->second.left;
       st = Unavailable(fmt::format("{} on this host died: {}", c.peer_name(), reason.message()));
     } else {
       dead_pid = root_pid_;
       st = Unavailable(fmt::format("lost the local root (local rank {}): {}", RankOf(options_.local_size - 1),
                                    reason.message()));
     }
+    if (!failure_.ok()) report = false;  // closing, or failed already
   }
-  BYTEPS_LOG(Error, "{}", st.message());
   // A peer that went without saying goodbye may have been killed: nobody else would unlink the
-  // segments it created. Ours are unlinked when this process tears down.
-  if (dead_pid > 0) {
+  // segments it created. So may one that said goodbye, or whose loss comes while this process
+  // closes (killed during shutdown): its segments go too once it is gone. Ours are unlinked when
+  // this process tears down.
+  if (dead_pid > 0 && (report || ShmSegment::ProcessGone(dead_pid))) {
     int removed = ShmSegment::RemoveCreatedBy(dead_pid, options_.job);
     if (removed > 0) BYTEPS_LOG(Warning, "removed {} shared-memory segments of the lost pid {}", removed, dead_pid);
   }
+  if (!report) return;
+  BYTEPS_LOG(Error, "{}", st.message());
   // The engine learns of the failure before the waiting rounds fail: a training script that sees
   // the error and exits must not reach Shutdown with the job still looking healthy (it would tell
   // the scheduler it finished cleanly, and the other hosts would wait for it).

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace byteps::worker {
@@ -87,10 +88,19 @@ int RemoveSegments(Pred doomed) {
 }
 }  // namespace
 
+bool ShmSegment::ProcessGone(int pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;  // EPERM: alive, not ours to judge
+  // Killed but not yet reaped by its parent: a zombie maps nothing any more.
+  FILE* f = std::fopen(fmt::format("/proc/{}/stat", pid).c_str(), "r");
+  if (f == nullptr) return false;
+  char state = 0;
+  const int got = std::fscanf(f, "%*d (%*[^)]) %c", &state);
+  std::fclose(f);
+  return got == 1 && (state == 'Z' || state == 'X');
+}
+
 int ShmSegment::RemoveStale() {
-  return RemoveSegments([](const std::string&, int pid) {
-    return ::kill(pid, 0) != 0 && errno == ESRCH;  // gone (alive, or not ours to judge: kept)
-  });
+  return RemoveSegments([](const std::string&, int pid) { return ProcessGone(pid); });
 }
 
 int ShmSegment::RemoveCreatedBy(int creator_pid, const std::string& job) {

@@ -29,6 +29,8 @@ class ShmSegment {
   const std::string& name() const { return name_; }
 
   static std::string Name(int creator_pid, const std::string& job, const std::string& suffix);
+  // Whether process `pid` has exited (or is a zombie waiting for its parent).
+  static bool ProcessGone(int pid);
   // Unlinks /dev/shm/byteps-<pid>-* segments whose creator no longer runs. Returns how many.
   static int RemoveStale();
   // Unlinks every segment process `creator_pid` created for `job` (it died, e.g. kill -9, and

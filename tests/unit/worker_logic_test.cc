@@ -1,7 +1,9 @@
 // The worker's pure logic: partitioning, key/server assignment, priority + credit scheduling, and
 // the per-dtype division that turns a sum into an average; removing a lost peer's shared memory.
 #include <gtest/gtest.h>
+
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -401,6 +403,24 @@ TEST(ShmSegmentTest, RemoveCreatedByTakesOnlyThatProcessesSegmentsOfThatJob) {
   EXPECT_EQ(a.value()->data()[0], 42);  // an existing mapping stays valid
   EXPECT_EQ(ShmSegment::RemoveCreatedBy(pid, job), 0);
   EXPECT_FALSE(ShmSegment::Open(ShmSegment::Name(pid, job, "a"), 64).ok());
+}
+
+// A killed process counts as gone while it waits for its parent (a zombie), and after; a live one
+// never does.
+TEST(ShmSegmentTest, AProcessIsGoneOnceItExitedEvenBeforeItIsReaped) {
+  EXPECT_FALSE(ShmSegment::ProcessGone(static_cast<int>(getpid())));
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {  // exits at once; not reaped yet: a zombie
+    gone = ShmSegment::ProcessGone(child);
+    if (!gone) usleep(10000);
+  }
+  EXPECT_TRUE(gone) << "an exited, unreaped child is not seen as gone";
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(ShmSegment::ProcessGone(child));
 }
 
 // ---- LocalReducer ------------------------------------------------------------------------------

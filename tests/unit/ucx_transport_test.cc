@@ -135,8 +135,8 @@ TEST(UcxTransport, SmallPayloadsGoEagerlyAndLargeOnesByRendezvous) {
     setenv("UCX_TLS", tls, 1);
     TransportOptions o;
     o.kind = TransportKind::kUcx;
+    Sink sink, mine;  // outlive the transports
     auto server = CreateTransport(o), client = CreateTransport(o);
-    Sink sink, mine;
     auto port = server->Listen("127.0.0.1", 0, &sink);
     ASSERT_TRUE(port.ok()) << port.status().ToString();
     auto c = client->Connect("127.0.0.1", *port, &mine, 5.0);
@@ -197,8 +197,8 @@ TEST(UcxTransport, APeerWithAnotherSecretNeverGetsAUcxConnection) {
   right.kind = wrong.kind = TransportKind::kUcx;
   right.secret = "right";
   wrong.secret = "wrong";
-  auto server = CreateTransport(right), intruder = CreateTransport(wrong);
   Sink sink, mine;
+  auto server = CreateTransport(right), intruder = CreateTransport(wrong);
   auto port = server->Listen("127.0.0.1", 0, &sink);
   ASSERT_TRUE(port.ok()) << port.status().ToString();
   auto c = intruder->Connect("127.0.0.1", *port, &mine, 5.0);

@@ -61,6 +61,7 @@ struct UcxConnectionOptions {
   // Large payloads eagerly too: a peer on another host reached without RDMA (UCX's tcp), where
   // rendezvous copies as much and adds a round trip per message.
   bool large_eager = false;
+  bool local_peer = false;  // the peer is a process of this host
 };
 
 class UcxConnection : public Connection {
@@ -74,6 +75,7 @@ class UcxConnection : public Connection {
 
   uint64_t id() const { return id_; }
   uint64_t token() const { return token_; }
+  bool local_peer() const { return options_.local_peer; }
   void Attach(std::shared_ptr<Connection> control);  // before Start
 
   // --- On the loop thread -----------------------------------------------------------------

@@ -181,7 +181,7 @@ class UcxTransportImpl final : public Transport {
     }
     if (st.ok()) {
       worker->RunSync([&] {
-        auto ep = worker->CreateEndpoint(got.address, conn.get());
+        auto ep = worker->CreateEndpoint(got.address, conn, conn->local_peer());
         if (!ep.ok()) {
           st = ep.status().WithContext(fmt::format("UCX to {}", peer));
           return;
@@ -245,7 +245,7 @@ class UcxTransportImpl final : public Transport {
       auto conn = NewConnection(worker, user, peer, token, local);
       conn->Attach(control);
       conn->Bind(worker->Register(conn));
-      auto ep = worker->CreateEndpoint(address, conn.get());
+      auto ep = worker->CreateEndpoint(address, conn, local);
       if (!ep.ok()) {
         worker->Unregister(conn->id());
         return Refuse(control, ep.status());
@@ -319,6 +319,7 @@ class UcxTransportImpl final : public Transport {
     o.max_payload = options_.max_payload_bytes;
     o.checksum = options_.checksum;
     o.large_eager = !local_peer && !context_->rdma();
+    o.local_peer = local_peer;
     std::shared_ptr<ControlReaper> reaper = reaper_;
     return std::make_shared<UcxConnection>(std::move(worker), handler, o, peer, token,
                                            [reaper](std::shared_ptr<Connection> c, Status s) {

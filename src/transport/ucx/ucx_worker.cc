@@ -135,41 +135,47 @@ uint64_t UcxWorker::Register(std::shared_ptr<UcxConnection> conn) {
 
 void UcxWorker::Unregister(uint64_t id) { conns_.erase(id); }
 
-namespace {
-void OnEndpointFailure(void* arg, ucp_ep_h, ucs_status_t status) {
-  static_cast<UcxConnection*>(arg)->OnEndpointError(status);
+void UcxWorker::OnEndpointFailure(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* self = static_cast<UcxWorker*>(arg);
+  auto it = self->eps_.find(ep);
+  if (it == self->eps_.end()) return;  // closed by us meanwhile
+  if (auto conn = it->second.lock()) conn->OnEndpointError(status);
 }
-}  // namespace
 
-StatusOr<ucp_ep_h> UcxWorker::CreateEndpoint(const std::string& remote_address, UcxConnection* conn) {
+StatusOr<ucp_ep_h> UcxWorker::CreateEndpoint(const std::string& remote_address,
+                                             const std::shared_ptr<UcxConnection>& conn, bool local_peer) {
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep.address = reinterpret_cast<const ucp_address_t*>(remote_address.data());
-  ep.err_handler.cb = &OnEndpointFailure;
-  ep.err_handler.arg = conn;
+  ep.err_handler.cb = &UcxWorker::OnEndpointFailure;
+  ep.err_handler.arg = this;  // the connection may be gone when UCX calls: looked up by endpoint
   ucp_ep_h h = nullptr;
   ucs_status_t s = UCS_ERR_UNREACHABLE;
-  if (peer_errors_) {
+  // A peer of this host: UCX's shared-memory transports, which cannot report a peer's failure
+  // (asking for it would push UCX onto loopback TCP); the TCP connection beside it watches it.
+  if (peer_errors_ && !local_peer) {
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     s = ucp_ep_create(worker_, &ep, &h);
   }
   if (s == UCS_ERR_UNREACHABLE) {
-    // UCX's shared-memory transports cannot report a peer's failure (UCX_TLS=sm): without it the
-    // TCP connection beside every UCX one still tells a dead peer at once.
-    if (peer_errors_) {
+    // The transports UCX_TLS allows cannot report a peer's failure: without it the TCP connection
+    // beside every UCX one still tells a dead peer at once.
+    if (peer_errors_ && !local_peer) {
       BYTEPS_LOG(Info, "UCX: the transports UCX_TLS allows cannot report peer failures; the TCP connection beside "
                        "each UCX one watches for them alone");
     }
-    peer_errors_ = false;
+    if (!local_peer) peer_errors_ = false;
     ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     s = ucp_ep_create(worker_, &ep, &h);
   }
   if (s != UCS_OK) return Unavailable(fmt::format("UCX endpoint: {}", UcsError(s)));
+  eps_[h] = conn;
   return h;
 }
 
 void UcxWorker::CloseEndpoint(ucp_ep_h ep) {
+  eps_.erase(ep);
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;

@@ -64,8 +64,10 @@ class UcxWorker {
   RegistrationCache& cache() { return *cache_; }
   uint64_t Register(std::shared_ptr<UcxConnection> conn);  // the id peers address it by
   void Unregister(uint64_t id);
-  // An endpoint to `remote_address` whose failures go to conn->OnEndpointError.
-  StatusOr<ucp_ep_h> CreateEndpoint(const std::string& remote_address, UcxConnection* conn);
+  // An endpoint to `remote_address` whose failures go to conn->OnEndpointError (a peer on another
+  // host; UCX reports none for `local_peer`s, whose shared-memory transports cannot).
+  StatusOr<ucp_ep_h> CreateEndpoint(const std::string& remote_address, const std::shared_ptr<UcxConnection>& conn,
+                                    bool local_peer);
   // Closes without flushing (the peer may be dead); completes in the background.
   void CloseEndpoint(ucp_ep_h ep);
   // Runs `fn` once the current progress pass has returned (what UCX callbacks must not do inline).
@@ -83,6 +85,7 @@ class UcxWorker {
   UcxWorker(std::shared_ptr<UcxContext> context, const std::string& name);
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
+  static void OnEndpointFailure(void* arg, ucp_ep_h ep, ucs_status_t status);
   bool ReapClosing();  // frees finished endpoint-close requests; true when none is left
 
   std::shared_ptr<UcxContext> context_;
@@ -93,6 +96,7 @@ class UcxWorker {
   std::unique_ptr<RegistrationCache> cache_;
   uint64_t next_id_ = 1;
   std::unordered_map<uint64_t, std::shared_ptr<UcxConnection>> conns_;
+  std::unordered_map<ucp_ep_h, std::weak_ptr<UcxConnection>> eps_;  // open endpoints' connections
   std::vector<std::function<void()>> deferred_;
   std::vector<void*> closing_;  // endpoint-close requests not finished yet
   bool in_progress_ = false;

@@ -6,8 +6,9 @@
 Shape: 1 worker + 1 server on this host (``bpsrun -n 1 -s 1 --force-distributed -- byteps-core
 bench``), everything else at its default; the only difference between the rows is the transport:
 ``tcp`` (``BYTEPS_TRANSPORT=tcp``: loopback TCP sockets), ``shm`` (``auto``, the default, which
-picks the shared-memory backend for a worker and a server of one host), ``ucx_tcp`` and ``ucx_sm``
-(``BYTEPS_TRANSPORT=ucx`` with ``UCX_TLS=tcp`` / ``sm``; left out when the build has no UCX).
+picks the shared-memory backend for a worker and a server of one host), ``ucx``
+(``BYTEPS_TRANSPORT=ucx``, UCX's own choice of transport), ``ucx_tcp`` and ``ucx_sm`` (the same
+with ``UCX_TLS=tcp`` / ``sm``); the ucx rows are left out when the build has no UCX.
 ``--transports`` picks rows.  Each round runs every transport once, rotating the order; a figure
 is the median over the rounds of each run's median time per push_pull.  Two parts:
 
@@ -31,9 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "python" / "byteps" / "_bin" / "byteps-core"
-ALL = ["tcp", "shm", "ucx_tcp", "ucx_sm"]
+ALL = ["tcp", "shm", "ucx", "ucx_tcp", "ucx_sm"]
 # The settings of each row: auto, the default, picks shared memory here.
 SETTING = {"tcp": {"BYTEPS_TRANSPORT": "tcp"}, "shm": {"BYTEPS_TRANSPORT": "auto"},
+           "ucx": {"BYTEPS_TRANSPORT": "ucx"},  # UCX's own choice (UCX_TLS unset)
            "ucx_tcp": {"BYTEPS_TRANSPORT": "ucx", "UCX_TLS": "tcp"},
            "ucx_sm": {"BYTEPS_TRANSPORT": "ucx", "UCX_TLS": "sm"}}
 

@@ -283,12 +283,12 @@ Status UcxConnection::Receive(const Arrival& a, bool& fetching) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE;
   p.cb.recv_am = &UcxConnection::RecvDone;
   p.datatype = ucp_dt_make_contig(1);
-  auto* holder = new std::shared_ptr<Incoming>(in);
-  p.user_data = holder;
+  p.user_data = in.get();
+  worker_->Track(in.get(), in);  // the worker keeps the buffer alive for as long as UCX may write into it
   ucs_status_ptr_t r = ucp_am_recv_data_nbx(worker_->handle(), a.rndv_desc, in->buffer.data, a.length, &p);
   fetching = true;  // the descriptor is UCX's again
   if (UCS_PTR_IS_PTR(r)) return Status::Ok();  // RecvDone follows
-  delete holder;
+  worker_->Untrack(in.get());
   in->conn.reset();
   in->done = true;
   in->status = r == nullptr ? UCS_OK : UCS_PTR_STATUS(r);
@@ -296,14 +296,13 @@ Status UcxConnection::Receive(const Arrival& a, bool& fetching) {
 }
 
 void UcxConnection::RecvDone(void* request, ucs_status_t status, size_t, void* user) {
-  auto* holder = static_cast<std::shared_ptr<Incoming>*>(user);
-  std::shared_ptr<Incoming> in = std::move(*holder);
-  delete holder;
+  auto* raw = static_cast<Incoming*>(user);
+  std::shared_ptr<UcxConnection> c = std::move(raw->conn);
+  std::shared_ptr<void> keep = c->worker_->Untrack(raw);  // (raw lives until this returns)
   ucp_request_free(request);
-  in->done = true;
-  in->status = status;
-  std::shared_ptr<UcxConnection> c = std::move(in->conn);
-  if (c) c->worker_->Defer([c] { c->DeliverReady(); });
+  raw->done = true;
+  raw->status = status;
+  c->worker_->Defer([c] { c->DeliverReady(); });
 }
 
 void UcxConnection::DeliverReady() {

@@ -220,6 +220,22 @@ ucs_status_t UcxWorker::OnMessage(void* arg, const void* header, size_t header_l
   return UCS_OK;
 }
 
+void UcxWorker::RunDeferred() {
+  while (!deferred_.empty()) {
+    std::vector<std::function<void()>> run;
+    run.swap(deferred_);
+    for (auto& fn : run) fn();
+  }
+}
+
+std::shared_ptr<void> UcxWorker::Untrack(const void* key) {
+  auto it = tracked_.find(key);
+  if (it == tracked_.end()) return nullptr;
+  std::shared_ptr<void> owner = std::move(it->second);
+  tracked_.erase(it);
+  return owner;
+}
+
 bool UcxWorker::ReapClosing() {
   std::erase_if(closing_, [](void* r) {
     if (ucp_request_check_status(static_cast<ucs_status_ptr_t>(r)) == UCS_INPROGRESS) return false;
@@ -266,15 +282,13 @@ void UcxWorker::Stop(const Status& reason) {
     Progress();
     if (worker_) {
       ProgressUntil([&] { return ReapClosing(); }, 2.0);
-      while (!deferred_.empty()) {  // the last completions (their on_done)
-        std::vector<std::function<void()>> run;
-        run.swap(deferred_);
-        for (auto& fn : run) fn();
-      }
+      RunDeferred();  // the last completions (their on_done)
       if (efd_ >= 0) loop_.Remove(efd_);
       cache_.reset();
       ucp_worker_destroy(worker_);
       worker_ = nullptr;
+      RunDeferred();     // what the destruction completed
+      tracked_.clear();  // receives UCX never completed: nothing writes into their memory now
     }
     stopped_ = true;
   });

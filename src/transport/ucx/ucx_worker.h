@@ -72,6 +72,10 @@ class UcxWorker {
   void CloseEndpoint(ucp_ep_h ep);
   // Runs `fn` once the current progress pass has returned (what UCX callbacks must not do inline).
   void Defer(std::function<void()> fn) { deferred_.push_back(std::move(fn)); }
+  // A receive UCX runs into memory `owner` keeps alive: held here until Untrack(key) (its completion)
+  // or, if UCX never completes it (a peer gone mid-transfer), until the UCX worker is destroyed.
+  void Track(const void* key, std::shared_ptr<void> owner) { tracked_[key] = std::move(owner); }
+  std::shared_ptr<void> Untrack(const void* key);
   // Drives UCX until it is idle and armed (its event fd will fire on anything new), running what
   // was deferred meanwhile.
   void Progress();
@@ -86,6 +90,7 @@ class UcxWorker {
   static ucs_status_t OnMessage(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                 const ucp_am_recv_param_t* param);
   static void OnEndpointFailure(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void RunDeferred();
   bool ReapClosing();  // frees finished endpoint-close requests; true when none is left
 
   std::shared_ptr<UcxContext> context_;
@@ -99,6 +104,7 @@ class UcxWorker {
   std::unordered_map<ucp_ep_h, std::weak_ptr<UcxConnection>> eps_;  // open endpoints' connections
   std::vector<std::function<void()>> deferred_;
   std::vector<void*> closing_;  // endpoint-close requests not finished yet
+  std::unordered_map<const void*, std::shared_ptr<void>> tracked_;  // see Track()
   bool in_progress_ = false;
   bool peer_errors_ = true;  // endpoints report peer failures (not all transports can)
   bool stopped_ = false;

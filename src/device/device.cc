@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -28,18 +29,27 @@ const char* KindName(Kind kind) {
 
 std::string Device::name() const { return fmt::format("{}:{}", KindName(kind()), index()); }
 
-Status Device::WaitEvent(EventHandle event, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  auto pause = std::chrono::microseconds(20);
-  while (true) {
-    BYTEPS_ASSIGN_OR_RETURN(bool done, QueryEvent(event));
-    if (done) return Status::Ok();
-    if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceeded(fmt::format("{}: an event did not complete within {:.1f} s", name(), timeout_s));
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+Status Device::Drain(StreamHandle stream, double timeout_s) {
+  // OnDone's callback may run after a wait that timed out: the state it writes is shared.
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  auto w = std::make_shared<Waiter>();
+  BYTEPS_RETURN_IF_ERROR(OnDone(stream, [w](Status st) {
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->done = true;
+    w->status = std::move(st);
+    w->cv.notify_all();
+  }));
+  std::unique_lock<std::mutex> lock(w->mu);
+  if (!w->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return w->done; })) {
+    return DeadlineExceeded(fmt::format("{}: the work queued on a stream did not complete within {:.1f} s", name(),
+                                        timeout_s));
   }
+  return w->status;
 }
 
 Status Device::StreamWaitStream(StreamHandle waiter, StreamHandle producer) {

@@ -74,9 +74,10 @@ class Device {
   // Calls `done` once the work queued on `stream` so far has finished, with its status.
   virtual Status OnDone(StreamHandle stream, std::function<void(Status)> done) = 0;
 
-  // Blocks until `event` completed or `timeout_s` passed (DeadlineExceeded naming the device).
-  // For tests and shutdown only: the pipeline never waits on the CPU.
-  Status WaitEvent(EventHandle event, double timeout_s);
+  // Blocks until the work queued on `stream` so far finished (its status) or `timeout_s` passed
+  // (DeadlineExceeded naming the device). For tests and shutdown only: the pipeline never waits on
+  // the CPU.
+  Status Drain(StreamHandle stream, double timeout_s);
 
   // Makes `waiter` wait on the device for the work queued on `producer` so far.
   Status StreamWaitStream(StreamHandle waiter, StreamHandle producer);

@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -159,13 +160,17 @@ StatusOr<std::unique_ptr<Group>> JoinNcclGroup(std::shared_ptr<Device> device, c
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t r = n.CommInitRankConfig(&comm, size, uid, rank, &config);
+  // NCCL's nonblocking init has no wait with a deadline and no fd or callback to block on: its
+  // state is only read through ncclCommGetAsyncError, so this polls, backing off to 5 ms.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  auto pause = std::chrono::microseconds(50);
   while (r == ncclInProgress) {
     if (std::chrono::steady_clock::now() >= deadline) {
       (void)n.CommAbort(comm);
       return DeadlineExceeded(fmt::format("{} failed: the other ranks did not join within {:.1f} s", where, timeout_s));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
     (void)n.CommGetAsyncError(comm, &r);
   }
   if (r != ncclSuccess) {

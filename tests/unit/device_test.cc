@@ -62,7 +62,8 @@ TEST_P(DeviceTest, CopiesRoundTripInStreamOrder) {
   EXPECT_EQ(std::memcmp(in, out, kBytes), 0);
   auto finished = dev_->RecordEvent(*down);
   ASSERT_TRUE(finished.ok());
-  EXPECT_TRUE(dev_->WaitEvent(*finished, 30).ok());
+  EXPECT_TRUE(dev_->Drain(*down, 30).ok());
+  EXPECT_TRUE(*dev_->QueryEvent(*finished));
   dev_->DestroyEvent(*uploaded);
   dev_->DestroyEvent(*finished);
   dev_->DestroyStream(*up);
@@ -153,10 +154,11 @@ TEST(FakeDevice, CopiesTakeTheirConfiguredTimeAndEventsReportIt) {
   auto e = fake->RecordEvent(*s);
   ASSERT_TRUE(e.ok());
   EXPECT_FALSE(*fake->QueryEvent(*e));  // still copying
-  Status timed_out = fake->WaitEvent(*e, 0.001);
+  Status timed_out = fake->Drain(*s, 0.001);
   EXPECT_EQ(timed_out.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(timed_out.message().find("fake:8"), std::string::npos) << timed_out.message();
-  EXPECT_TRUE(fake->WaitEvent(*e, 30).ok());
+  EXPECT_TRUE(fake->Drain(*s, 30).ok());
+  EXPECT_TRUE(*fake->QueryEvent(*e));
   EXPECT_EQ(b[63], 1);
   fake->DestroyEvent(*e);
   fake->DestroyStream(*s);
@@ -196,13 +198,7 @@ Ranks JoinFake(int n, int first_index) {
   return r;
 }
 
-Status Drain(Device& d, StreamHandle s) {
-  auto e = d.RecordEvent(s);
-  if (!e.ok()) return e.status();
-  Status st = d.WaitEvent(*e, 30);
-  d.DestroyEvent(*e);
-  return st;
-}
+Status Drain(Device& d, StreamHandle s) { return d.Drain(s, 30); }
 
 TEST(FakeGroup, ReduceToTheRootAndBroadcastBackInQueueOrder) {
   Ranks r = JoinFake(3, 20);

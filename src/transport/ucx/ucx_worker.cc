@@ -19,6 +19,22 @@ std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
 
 namespace {
 std::atomic<uint64_t> g_eager{0}, g_rndv{0};
+
+// The transports UCX read from its settings (UCX_TLS), as UCX prints them, for error messages.
+std::string ConfiguredTls(const ucp_config_t* config) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  if (f == nullptr) return "?";
+  ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  std::fclose(f);
+  const std::string all(text ? text : "", size);
+  std::free(text);
+  const size_t at = all.find("UCX_TLS=");
+  if (at == std::string::npos) return "?";
+  const size_t from = at + 8, to = all.find('\n', from);
+  return all.substr(from, to == std::string::npos ? std::string::npos : to - from);
+}
 }  // namespace
 
 ReceiveCounts ReceivedSoFar() { return {g_eager.load(), g_rndv.load()}; }
@@ -37,6 +53,7 @@ StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create() {
   params.name = "byteps";
   std::shared_ptr<UcxContext> ctx(new UcxContext());
   s = ucp_init(&params, config, &ctx->context_);
+  const std::string tls = s == UCS_OK ? std::string() : ConfiguredTls(config);
   ucp_config_release(config);
   if (s == UCS_OK) {
     // UCX lists its resources ("resource 1 : md 1 dev 1 flags -- rc_mlx5/mlx5_0:1") only as text.
@@ -51,10 +68,9 @@ StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create() {
     }
   }
   if (s != UCS_OK) {
-    const char* tls = std::getenv("UCX_TLS");
     return Unavailable(fmt::format("UCX is not available here: ucp_init failed: {} (UCX_TLS={}); set "
                                    "BYTEPS_TRANSPORT=tcp to run without UCX",
-                                   UcsError(s), tls ? tls : "unset"));
+                                   UcsError(s), tls));
   }
   return ctx;
 }

@@ -13,9 +13,7 @@ constexpr double kDrainS = 30;  // at teardown: how long queued copies may still
 DeviceStaging::~DeviceStaging() {
   for (auto& [id, slot] : slots_) {
     for (device::StreamHandle s : {slot->in, slot->out}) {
-      auto e = slot->device->RecordEvent(s);
-      Status st = e.ok() ? slot->device->WaitEvent(*e, kDrainS) : e.status();
-      if (e.ok()) slot->device->DestroyEvent(*e);
+      Status st = slot->device->Drain(s, kDrainS);
       if (!st.ok()) BYTEPS_LOG(Warning, "{}: copies still queued at shutdown: {}", slot->device->name(), st.message());
     }
   }

@@ -35,12 +35,8 @@ DeviceGroups::DeviceGroups(LocalReducer* local, DeviceStaging* staging, double s
 DeviceGroups::~DeviceGroups() {
   local_->SetGroupListener(nullptr);
   if (device_ && stream_) {
-    auto e = device_->RecordEvent(stream_);
-    if (e.ok()) {
-      Status st = device_->WaitEvent(*e, kDrainS);
-      if (!st.ok()) BYTEPS_LOG(Warning, "{}: collectives still queued at shutdown: {}", device_->name(), st.message());
-      device_->DestroyEvent(*e);
-    }
+    Status st = device_->Drain(stream_, kDrainS);
+    if (!st.ok()) BYTEPS_LOG(Warning, "{}: collectives still queued at shutdown: {}", device_->name(), st.message());
   }
   group_.reset();
   if (device_ && stream_) device_->DestroyStream(stream_);

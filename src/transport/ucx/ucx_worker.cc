@@ -20,16 +20,23 @@ std::string UcsError(ucs_status_t status) { return ucs_status_string(status); }
 namespace {
 std::atomic<uint64_t> g_eager{0}, g_rndv{0};
 
-// The transports UCX read from its settings (UCX_TLS), as UCX prints them, for error messages.
-std::string ConfiguredTls(const ucp_config_t* config) {
+// What `print` writes to a FILE (UCX reports some things only as printed text).
+template <typename Print>
+std::string Printed(Print print) {
   char* text = nullptr;
   size_t size = 0;
   FILE* f = open_memstream(&text, &size);
-  if (f == nullptr) return "?";
-  ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG);
+  if (f == nullptr) return {};
+  print(f);
   std::fclose(f);
-  const std::string all(text ? text : "", size);
+  std::string all(text ? text : "", size);
   std::free(text);
+  return all;
+}
+
+// The transports UCX read from its settings (UCX_TLS), as UCX prints them, for error messages.
+std::string ConfiguredTls(const ucp_config_t* config) {
+  const std::string all = Printed([&](FILE* f) { ucp_config_print(config, f, nullptr, UCS_CONFIG_PRINT_CONFIG); });
   const size_t at = all.find("UCX_TLS=");
   if (at == std::string::npos) return "?";
   const size_t from = at + 8, to = all.find('\n', from);
@@ -57,15 +64,8 @@ StatusOr<std::shared_ptr<UcxContext>> UcxContext::Create() {
   ucp_config_release(config);
   if (s == UCS_OK) {
     // UCX lists its resources ("resource 1 : md 1 dev 1 flags -- rc_mlx5/mlx5_0:1") only as text.
-    char* text = nullptr;
-    size_t size = 0;
-    if (FILE* f = open_memstream(&text, &size)) {
-      ucp_context_print_info(ctx->context_, f);
-      std::fclose(f);
-      const std::string info(text ? text : "", size);
-      std::free(text);
-      for (const char* tl : {"-- rc_", "-- ud_", "-- dc_"}) ctx->rdma_ |= info.find(tl) != std::string::npos;
-    }
+    const std::string info = Printed([&](FILE* f) { ucp_context_print_info(ctx->context_, f); });
+    for (const char* tl : {"-- rc_", "-- ud_", "-- dc_"}) ctx->rdma_ |= info.find(tl) != std::string::npos;
   }
   if (s != UCS_OK) {
     return Unavailable(fmt::format("UCX is not available here: ucp_init failed: {} (UCX_TLS={}); set "

@@ -1,11 +1,14 @@
-// The C API over the worker engine. This file holds the process-wide engine: the only global
-// state of the library (CONVENTIONS.md §6), guarded by g_mu.
+// The C API over the worker engine: the engine's life cycle (init, lazy init, suspend, resume,
+// shutdown), the queries and the declarations. This file holds the process-wide engine: the only
+// global state of the library (CONVENTIONS.md §6), guarded by g_mu. The operations are in
+// c_api_ops.cc (c_api_state.h).
 #include "byteps/c_api.h"
+
+#include "api/c_api_state.h"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +27,7 @@ namespace {
 using byteps::Status;
 using byteps::StatusOr;
 using byteps::StatusCode;
+using byteps::api::SetError;
 
 // The C ABI's codes are StatusCode's values: byteps_last_error_code() returns st.code() as is.
 constexpr bool SameCode(int c_code, StatusCode code) { return c_code == static_cast<int>(code); }
@@ -55,29 +59,8 @@ std::mutex g_declared_mu;
 std::vector<Declared> g_declared;            // guarded by g_declared_mu
 std::unordered_set<std::string> g_declared_names;  // guarded by g_declared_mu
 
-void Remember(const std::string& name, std::optional<std::pair<size_t, byteps::DataType>> size) {
-  std::lock_guard<std::mutex> lock(g_declared_mu);
-  if (g_declared_names.insert(name).second) {
-    g_declared.push_back({name, size});
-  } else if (size) {
-    for (Declared& d : g_declared)
-      if (d.name == name && !d.size) d.size = size;
-  }
-}
-
 thread_local std::string t_error;
 thread_local int t_error_code = 0;
-
-int SetError(const Status& st) {
-  t_error = st.message();
-  t_error_code = static_cast<int>(st.code());
-  return -1;
-}
-
-void ClearError() {
-  t_error.clear();
-  t_error_code = 0;
-}
 
 StatusOr<byteps::config::Config> LoadConfig() {
   auto cfg = byteps::config::Load(byteps::config::ProcessEnvironment());
@@ -97,23 +80,6 @@ int StartLocked(const byteps::config::Config& cfg) {
   return 0;
 }
 
-std::shared_ptr<byteps::worker::Engine> GetEngine() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (!g_engine && g_lazy) {
-    // byteps_lazy_init: the first call that needs the job joins it (once: a failure is final).
-    const byteps::config::Config cfg = *g_lazy;
-    g_lazy.reset();
-    if (StartLocked(cfg) != 0) {
-      t_error = "byteps_lazy_init: joining the job on first use failed: " + t_error;
-      return nullptr;
-    }
-  }
-  if (!g_engine) {
-    SetError(byteps::Precondition("byteps is not initialized; call byteps.init() (byteps_init) first"));
-  }
-  return g_engine;
-}
-
 // Declares `name` again on a fresh engine, as it was declared before.
 int Redeclare(byteps::worker::Engine& e, const Declared& d) {
   auto k = e.Declare(d.name, d.size);
@@ -121,38 +87,58 @@ int Redeclare(byteps::worker::Engine& e, const Declared& d) {
   return 0;
 }
 
-// A request for `what` ("push_pull", "allgather") of `name`, its output and dtype checked.
-StatusOr<byteps::worker::TensorRequest> RequestFor(const char* what, const char* name, void* output, size_t bytes,
-                                                   int dtype, int priority, int device_kind, int device_index,
-                                                   void* stream) {
-  if (name == nullptr) return byteps::InvalidArgument(fmt::format("{}: name is NULL", what));
-  auto dt = byteps::DataTypeFromCode(dtype);
-  if (!dt) return byteps::InvalidArgument(fmt::format("{} of '{}': unsupported dtype code {}", what, name, dtype));
-  if (device_kind != BYTEPS_DEVICE_CPU && device_kind != BYTEPS_DEVICE_CUDA && device_kind != BYTEPS_DEVICE_FAKE) {
-    return byteps::InvalidArgument(
-        fmt::format("{} of '{}': unknown device kind {} (0 cpu, 1 cuda, 2 fake)", what, name, device_kind));
-  }
-  byteps::worker::TensorRequest r;
-  r.name = name;
-  r.output = output;
-  r.bytes = bytes;
-  r.dtype = *dt;
-  r.priority = priority;
-  if (device_kind != BYTEPS_DEVICE_CPU) {
-    r.device = {static_cast<byteps::device::Kind>(device_kind), device_index, stream};
-  }
-  return r;
-}
-
-// Enqueues `r` and remembers its name for byteps_resume: the handle, or -1.
-byteps_handle_t Start(byteps::worker::Engine& e, const byteps::worker::TensorRequest& r) {
-  auto h = e.Enqueue(r);
-  if (!h.ok()) return SetError(h.status());
-  Remember(r.name, std::nullopt);
-  return h.value();
-}
-
 }  // namespace
+
+namespace byteps::api {
+
+void Remember(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
+  std::lock_guard<std::mutex> lock(g_declared_mu);
+  if (g_declared_names.insert(name).second) {
+    g_declared.push_back({name, size});
+  } else if (size) {
+    for (Declared& d : g_declared)
+      if (d.name == name && !d.size) d.size = size;
+  }
+}
+
+int SetError(const Status& st) {
+  t_error = st.message();
+  t_error_code = static_cast<int>(st.code());
+  return -1;
+}
+
+void ClearError() {
+  t_error.clear();
+  t_error_code = 0;
+}
+
+std::shared_ptr<worker::Engine> GetEngine() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_engine && g_lazy) {
+    // byteps_lazy_init: the first call that needs the job joins it (once: a failure is final).
+    const config::Config cfg = *g_lazy;
+    g_lazy.reset();
+    if (StartLocked(cfg) != 0) {
+      t_error = "byteps_lazy_init: joining the job on first use failed: " + t_error;
+      return nullptr;
+    }
+  }
+  if (!g_engine) {
+    SetError(Precondition("byteps is not initialized; call byteps.init() (byteps_init) first"));
+  }
+  return g_engine;
+}
+
+std::shared_ptr<worker::Engine> CurrentEngine() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_engine;
+}
+
+}  // namespace byteps::api
+
+using byteps::api::ClearError;
+using byteps::api::GetEngine;
+using byteps::api::Remember;
 
 extern "C" {
 
@@ -275,144 +261,6 @@ int byteps_declare_tensor(const char* name, size_t bytes, int dtype) {
   if (!k.ok()) return SetError(k.status());
   Remember(name, std::make_pair(bytes, *dt));
   return static_cast<int>(k.value());
-}
-
-byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void* output, size_t bytes, int dtype,
-                                       int average, int priority) {
-  return byteps_push_pull_async_on(name, input, output, bytes, dtype, average, priority, BYTEPS_DEVICE_CPU, 0,
-                                   nullptr);
-}
-
-byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
-                                          int average, int priority, int device_kind, int device_index,
-                                          void* stream) {
-  ClearError();
-  auto e = GetEngine();
-  if (!e) return -1;
-  auto r = RequestFor("push_pull", name, output, bytes, dtype, priority, device_kind, device_index, stream);
-  if (!r.ok()) return SetError(r.status());
-  r->input = input;
-  r->average = average != 0;
-  return Start(*e, *r);
-}
-
-int byteps_device_built(int device_kind) {
-  switch (device_kind) {
-    case BYTEPS_DEVICE_CPU:
-    case BYTEPS_DEVICE_FAKE:
-      return 1;
-    case BYTEPS_DEVICE_CUDA:
-      return byteps::device::Built(byteps::device::Kind::kCuda) ? 1 : 0;
-    default:
-      return 0;
-  }
-}
-
-byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,
-                                       size_t total_bytes, size_t slice_offset, int dtype, int priority) {
-  return byteps_allgather_async_on(name, input, slice_bytes, output, total_bytes, slice_offset, dtype, priority,
-                                   BYTEPS_DEVICE_CPU, 0, nullptr);
-}
-
-byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, size_t slice_bytes, void* output,
-                                          size_t total_bytes, size_t slice_offset, int dtype, int priority,
-                                          int device_kind, int device_index, void* stream) {
-  ClearError();
-  auto e = GetEngine();
-  if (!e) return -1;
-  auto r = RequestFor("allgather", name, output, total_bytes, dtype, priority, device_kind, device_index, stream);
-  if (!r.ok()) return SetError(r.status());
-  if (slice_offset > total_bytes || slice_bytes > total_bytes - slice_offset) {
-    return SetError(byteps::InvalidArgument(fmt::format(
-        "allgather of '{}': a slice of {} bytes at offset {} does not fit {} bytes", name, slice_bytes, slice_offset,
-        total_bytes)));
-  }
-  if (e->local_size() > 1) {
-    if (!r->device.on_host()) {
-      return SetError(byteps::Precondition(fmt::format(
-          "allgather of '{}': a device tensor on a host with several processes (BYTEPS_LOCAL_SIZE={}) is not built "
-          "yet; pass a CPU tensor",
-          r->name, e->local_size())));
-    }
-    // A host's processes reduce locally by summing: the slice goes into a zeroed output, whose sum
-    // over all workers is the concatenation (x + 0, exact).
-    auto* out = static_cast<uint8_t*>(output);
-    if (out != nullptr) {
-      if (slice_bytes > 0 && input != nullptr && input != out + slice_offset) {
-        std::memmove(out + slice_offset, input, slice_bytes);  // first: input may lie inside output
-      }
-      std::memset(out, 0, slice_offset);
-      std::memset(out + slice_offset + slice_bytes, 0, total_bytes - slice_offset - slice_bytes);
-    }
-    return byteps_push_pull_async(name, output, output, total_bytes, dtype, /*average=*/0, priority);
-  }
-  r->input = input;
-  r->op = byteps::worker::ReduceOp::kConcat;
-  r->slice_offset = slice_offset;
-  r->slice_bytes = slice_bytes;
-  return Start(*e, *r);
-}
-
-byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
-                                       int priority) {
-  return byteps_broadcast_async_on(name, buffer, bytes, dtype, root_rank, priority, BYTEPS_DEVICE_CPU, 0, nullptr);
-}
-
-byteps_handle_t byteps_broadcast_async_on(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
-                                          int priority, int device_kind, int device_index, void* stream) {
-  ClearError();
-  auto e = GetEngine();
-  if (!e) return -1;
-  if (root_rank < 0 || root_rank >= e->size()) {
-    return SetError(byteps::InvalidArgument(fmt::format("broadcast of '{}': root rank {} is not in [0, {})",
-                                                        name ? name : "(null)", root_rank, e->size())));
-  }
-  // The servers forward the root's bytes: a concatenation in which only the root has a slice.
-  const bool root = e->rank() == root_rank;
-  return byteps_allgather_async_on(name, buffer, root ? bytes : 0, buffer, bytes, 0, dtype, priority, device_kind,
-                                   device_index, stream);
-}
-
-int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s) {
-  ClearError();
-  if (ms_since_epoch == nullptr || mb_per_s == nullptr) {
-    return SetError(byteps::InvalidArgument("get_pushpull_speed: NULL output pointer"));
-  }
-  std::shared_ptr<byteps::worker::Engine> e;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    e = g_engine;
-  }
-  const byteps::worker::SpeedSample s = e ? e->NextSpeedSample() : byteps::worker::SpeedSample{};
-  *ms_since_epoch = s.ms_since_epoch;
-  *mb_per_s = s.mb_per_s;
-  return 0;
-}
-
-int byteps_poll(byteps_handle_t handle) {
-  ClearError();
-  auto e = GetEngine();
-  if (!e) return -1;
-  auto r = e->Poll(handle);
-  if (!r.ok()) return SetError(r.status());
-  return r.value() ? 1 : 0;
-}
-
-int byteps_wait(byteps_handle_t handle, double timeout_s) {
-  ClearError();
-  auto e = GetEngine();
-  if (!e) return -1;
-  Status st = e->Wait(handle, timeout_s);
-  return st.ok() ? 0 : SetError(st);
-}
-
-void byteps_release(byteps_handle_t handle) {
-  std::shared_ptr<byteps::worker::Engine> e;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    e = g_engine;
-  }
-  if (e) e->Release(handle);
 }
 
 const char* byteps_last_error(void) { return t_error.c_str(); }

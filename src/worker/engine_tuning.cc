@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
+#include <string>
+#include <vector>
 
+#include "cluster/cluster_client.h"
 #include "common/logging.h"
 #include "worker/dispatch_loop.h"
 #include "worker/engine.h"
@@ -62,6 +66,20 @@ size_t ConnectionWindowBytes(size_t socket_buffer_bytes) {
   return f >> lo >> def >> hi ? hi / 2 : 0;
 }
 
+// Colocated placement: the job spans several hosts and every worker's host runs a server too, so
+// a worker's pushes and its host's server's replies share one NIC (hosts as the nodes advertise
+// them to their peers).
+bool ServersShareTheWorkersHosts(const std::vector<protocol::NodeInfo>& workers,
+                                 const std::vector<protocol::NodeInfo>& servers) {
+  std::set<std::string> worker_hosts, server_hosts;
+  for (const auto& w : workers) worker_hosts.insert(w.host);
+  for (const auto& s : servers) server_hosts.insert(s.host);
+  std::set<std::string> all = server_hosts;
+  all.insert(worker_hosts.begin(), worker_hosts.end());
+  return all.size() > 1 && std::includes(server_hosts.begin(), server_hosts.end(), worker_hosts.begin(),
+                                         worker_hosts.end());
+}
+
 }  // namespace
 
 Status Engine::TuneAtStart() {
@@ -77,6 +95,7 @@ Status Engine::TuneAtStart() {
   o.explore_partition = config_.autotune && !config_.partition_bytes_pinned && config_.local_size == 1 && links_;
   o.model.num_workers = config_.num_workers;
   o.model.num_servers = config_.num_servers;
+  o.model.shared_links = cluster_ && ServersShareTheWorkersHosts(cluster_->workers(), cluster_->servers());
   o.model.max_partition_bytes = std::min<size_t>(o.model.max_partition_bytes, config_.max_message_bytes / 2);
   // BYTEPS_MAX_MESSAGE_BYTES below the largest candidate: the probe's candidates must fit too.
   if (o.model.max_partition_bytes < tuning::kProbeCandidates.back()) o.autotune = false;
@@ -97,7 +116,8 @@ Status Engine::TuneAtStart() {
       for (size_t p : partition_candidates_) {
         partition_credits_.push_back(config_.scheduling_credit_pinned
                                          ? static_cast<size_t>(config_.scheduling_credit) * p
-                                         : tuning::CreditForPartition(t.credit_bytes.value, t.partition_bytes.value, p));
+                                         : tuning::CreditForPartition(t.credit_bytes.value, t.partition_bytes.value,
+                                                                      p, o.model.shared_links));
       }
       tuning::OnlineTunerOptions po;
       po.what = "partition";

@@ -386,3 +386,43 @@ def test_byteps_push_pull_time_matches_the_server_link(testbeds, tmp_path):
     # connections varies), not a failure.
     assert naive * 0.97 < fastest < model * 1.10, (
         f"fastest {fastest:.3f} s vs model {model:.3f} s (naive {naive:.3f} s)\n{tb.qdisc_stats(2)}\n{result}")
+
+
+SETTINGS_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import byteps.numpy as bps
+    bps.init()
+    y = bps.push_pull(np.ones(1 << 18, np.float32), average=False, name="t")
+    assert y[0] == bps.size() and y[-1] == bps.size(), y[:4]
+    bps.shutdown()
+""")
+CREDIT = re.compile(r"\[worker:0\].*settings: partition (\d+) bytes: [^;]*; credit (\d+) bytes: ([^;]*;)")
+
+
+@pytest.mark.parametrize("placement", ["colocated", "separate"])
+def test_servers_on_the_workers_hosts_keep_one_round_trip_in_flight(testbeds, tmp_path, placement):
+    """docs/performance.md: with a server on every worker's host (several hosts), worker 0's
+    start-up credit is max(2BR, 2 max(n, k) P, 8P) instead of max(2BR, 8 max(n, k) P, 16P): a
+    worker's pushes and its host's server's replies share one NIC. Separate hosts keep the rule."""
+    reason = missing_core()
+    if reason:
+        pytest.skip(reason)
+    from tools.testbed.job import run_job
+    script = tmp_path / "settings.py"
+    script.write_text(SETTINGS_SCRIPT)
+    tb = testbeds(2 if placement == "colocated" else 3, rate_mbit=1000)
+    result = run_job(tb, 2, 1 if placement == "separate" else 2, [PYTHON, str(script)], placement=placement,
+                     env={"BYTEPS_LOG_LEVEL": "INFO", "BYTEPS_START_TIMEOUT": "20", "BYTEPS_TIMEOUT": "30"},
+                     timeout=60)
+    assert result.returncode == 0, result
+    m = CREDIT.search(result.output("worker:0"))
+    assert m, result.output("worker:0")
+    partition, credit, reason = int(m.group(1)), int(m.group(2)), m.group(3)
+    if placement == "colocated":
+        assert reason.startswith("servers share the workers' hosts: max(2 B R"), reason
+        # 2 max(n, k) P = 4P, so the floor of 8 partitions, unless a loaded machine's round trip
+        # made 2 B R larger (over 17 ms at 1 Gbit/s)
+        assert credit == 8 * partition or credit > 8 * partition and " ms = " in reason, m.group(0)
+    else:
+        assert "servers share" not in reason and "8 max(n, k) P" in reason, reason
+        assert credit >= 16 * partition, m.group(0)

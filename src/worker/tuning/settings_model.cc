@@ -27,10 +27,11 @@ size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi) {
   return 0;
 }
 
-size_t CreditForPartition(size_t credit, size_t chosen, size_t partition) {
-  if (credit == 0 || chosen == 0) return credit;
+size_t CreditForPartition(size_t credit, size_t chosen, size_t partition, bool shared_links) {
+  if (credit == 0 || chosen == 0 || partition == chosen) return credit;
   const double scaled = static_cast<double>(credit) * static_cast<double>(partition) / static_cast<double>(chosen);
-  return std::max(16 * partition, std::min(credit, static_cast<size_t>(scaled)));
+  const size_t floor = shared_links ? 8 : 16;
+  return std::max(floor * partition, std::min(credit, static_cast<size_t>(scaled)));
 }
 
 DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
@@ -49,11 +50,15 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
                                         ideal / 1024, KiB(kMinPartitionBytes), KiB(hi))};
   const int fan = std::max({in.num_workers, in.num_servers, 1});
   const double bdp = 2 * link.goodput_Bps * std::max(0.0, link.rtt_s);
-  const size_t pipeline = 8 * static_cast<size_t>(fan) * P;
-  const size_t C = std::max({static_cast<size_t>(bdp), pipeline, 16 * P});
-  out.credit_bytes = {C, fmt::format("max(2 B R = 2 * {} * {:.2f} ms = {}, 8 max(n, k) P = 8 * {} * {} = {}, 16 P = {})",
-                                     Mbps(link.goodput_Bps), link.rtt_s * 1e3, KiB(static_cast<size_t>(bdp)), fan,
-                                     KiB(P), KiB(pipeline), KiB(16 * P))};
+  // Round trips kept in flight per server and worker, and the floor in partitions (see the header).
+  const size_t trips = in.shared_links ? 2 : 8;
+  const size_t floor = in.shared_links ? 8 : 16;
+  const size_t pipeline = trips * static_cast<size_t>(fan) * P;
+  const size_t C = std::max({static_cast<size_t>(bdp), pipeline, floor * P});
+  out.credit_bytes = {C, fmt::format("{}max(2 B R = 2 * {} * {:.2f} ms = {}, {} max(n, k) P = {} * {} * {} = {}, {} P = {})",
+                                     in.shared_links ? "servers share the workers' hosts: " : "",
+                                     Mbps(link.goodput_Bps), link.rtt_s * 1e3, KiB(static_cast<size_t>(bdp)), trips,
+                                     trips, fan, KiB(P), KiB(pipeline), floor, KiB(floor * P))};
   return out;
 }
 

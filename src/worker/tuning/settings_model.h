@@ -13,6 +13,13 @@
 //     much in flight, four times over for the workers' skew (measured: n = 8 needed it), and
 //     never fewer than 16 partitions (with one or two peers a handful in flight leaves loopback's
 //     pipeline idle). More only queues bytes in front of the next iteration's urgent partitions.
+//   shared links (every worker's host runs a server too, on several hosts: colocated placement):
+//   credit C = max(2 B R, 2 max(n, k) P, 8 P)
+//     The round trip once, without the skew factor: a worker's pushes and its host's server's
+//     replies leave through one NIC, so every byte a worker queues beyond the round trip waits in
+//     front of its own server's sums, and the server with the longest queue of them is the
+//     iteration's tail (measured at n = 4 on 1 Gbit/s: 2 MiB in flight ran 16 MiB 4 % faster than
+//     8 MiB, 100 MiB the same; docs/benchmarks.md).
 //   connections per server K = max(2, ceil(B R / W)), at most 16
 //     One TCP connection moves at most its window W per round trip (W: BYTEPS_SOCKET_BUFFER_BYTES,
 //     or half the kernel's tcp_rmem maximum when that is 0), so filling B at round trip R takes
@@ -41,6 +48,7 @@ struct ModelInputs {
   int num_workers = 1;  // hosts (local roots) taking part in push_pull
   int num_servers = 1;
   size_t max_partition_bytes = 4u << 20;  // the largest message the transport takes, halved
+  bool shared_links = false;  // every worker host runs a server too, and there are several hosts
 };
 
 struct Choice {
@@ -69,10 +77,11 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in);
 size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi);
 
 // The credit that goes with partitions of `partition` when the model chose `credit` for
-// partitions of `chosen`: the same bytes in flight, scaled down with smaller partitions, and never
-// fewer than 16 partitions (the sweep: 1 MiB partitions ran best with 16 in flight where the model
-// gave 8 MiB for 256 KiB ones; 8 max(n, k) of them queued too much). 0 (no cap) stays 0.
-size_t CreditForPartition(size_t credit, size_t chosen, size_t partition);
+// partitions of `chosen`: `credit` itself for the chosen size; for another, the same bytes in
+// flight, scaled down with smaller partitions, and never fewer than 16 partitions, 8 with shared
+// links (the sweep: 1 MiB partitions ran best with 16 in flight where the model gave 8 MiB for
+// 256 KiB ones; 8 max(n, k) of them queued too much). 0 (no cap) stays 0.
+size_t CreditForPartition(size_t credit, size_t chosen, size_t partition, bool shared_links = false);
 
 // A size rounded to the nearest power of two (in log terms) within [lo, hi].
 size_t RoundPartition(double bytes, size_t lo, size_t hi);

@@ -41,7 +41,10 @@ configuration, so an interrupted run still leaves its data), results.md (Markdow
 collective.png (time vs size per n, measured and ideal), raw/ (per-configuration outputs, the
 MPI agent scripts and binary).  Each configuration also records the CPU use during it (busy %
 of the machine, CPU seconds of the processes under test, of everything else, and softirq) and,
-for byteps, the bytes that crossed each shaped link (tc -s qdisc).
+for byteps, the bytes that crossed each shaped link (tc -s qdisc).  With ``--link-trace`` every
+link's byte counters are sampled every 2 ms during each configuration (tools/testbed/linkmon.py;
+raw/<config>_links.txt), and each configuration reports the share of its links' rate it used and
+how much of the time they idled, over its busy span (the whole job, warm-up and tuning included).
 
 Table columns: time_s (median), algbw_GBps = M/t, %G = M/t as % of one link's TCP goodput
 G = 0.956 R/8 (for PS the per-worker link utilisation; same definition for ring), busbw%G =
@@ -64,6 +67,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -73,6 +77,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.collective import model  # noqa: E402
+from tools.testbed import linkmon  # noqa: E402
+from tools.testbed.linkmon import LinkMonitor  # noqa: E402
 from tools.testbed.netns import proc_stat_fields  # noqa: E402
 
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -605,6 +611,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--mpi-busy-poll", action="store_true",
                     help="let OpenMPI busy-poll (default: mpi_yield_when_idle 1, as n ranks "
                          "share these cores)")
+    ap.add_argument("--link-trace", action="store_true",
+                    help="sample every link's byte counters every 2 ms (raw/<config>_links.txt)")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and its estimate")
     ap.add_argument("-v", "--verbose", action="store_true", help="echo every process's output")
@@ -698,9 +706,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             try:
                 with Testbed(cfg.hosts, rate_mbit=cfg.rate_mbit,
                              prefix=f"bpstc{os.getpid() % 100000}x{idx}") as tb:
-                    with CpuMonitor(tb.namespaces) as cpu:
+                    trace = raw / f"{cfg.tag}_links.txt"
+                    with CpuMonitor(tb.namespaces) as cpu, \
+                            (LinkMonitor(tb, trace) if args.link_trace else nullcontext()):
                         measured = RUNNERS[cfg.system](tb, cfg, sizes, iters, args, raw,
                                                        timeout=max(120.0, 4 * cfg.estimate_s + 60))
+                    if args.link_trace:
+                        cfg.info["links_over_time"] = linkmon.idle_summary(linkmon.load(trace),
+                                                                           cfg.rate_mbit)
                     cfg.info["cpu"] = cpu.result
                     if idle:
                         cpu.result["busy_pct_before"] = round(idle[0], 1)
@@ -722,6 +735,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     print(f"    {r['size']:>5}: {r['time_s']:.4f} s, {r['pct_goodput']:.1f} %G, "
                           f"{r['pct_model']:.1f} % of model ({r['ideal_s']:.3f} s{extra})",
                           flush=True)
+            lt = cfg.info.get("links_over_time")
+            if lt:
+                print(f"    links: used {lt['mean_used_pct']} % of the rate, idle "
+                      f"{lt['mean_idle_pct']} % of the {lt['span_s']} s busy span (mean of "
+                      f"{len(lt['used_pct'])} link directions)", flush=True)
             cpu = cfg.info.get("cpu")
             if cpu:
                 print(f"    cpu: busy {cpu['busy_pct']} % of {cpu['cpus']} cores; under test "

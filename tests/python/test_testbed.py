@@ -426,3 +426,38 @@ def test_servers_on_the_workers_hosts_keep_one_round_trip_in_flight(testbeds, tm
     else:
         assert "servers share" not in reason and "8 max(n, k) P" in reason, reason
         assert credit >= 16 * partition, m.group(0)
+
+
+def test_link_monitor_sees_a_transfer_on_the_senders_egress_and_the_receivers_ingress(testbeds, tmp_path):
+    """tools/testbed/linkmon.py: 6 MB from h0 to h1 at 100 Mbit/s appear in the sampled counters
+    as h0's egress and h1's ingress (with framing, under 10 % more), at the shaped rate, while
+    h1's egress carries only acknowledgements."""
+    from tools.testbed import linkmon
+    rate, total = 100, 6_000_000
+    script = tmp_path / "transfer.py"
+    script.write_text(TRANSFER)
+    tb = testbeds(2, rate_mbit=rate)
+    path = tmp_path / "links.txt"
+    with linkmon.LinkMonitor(tb, path):
+        recv = tb.popen(1, [PYTHON, str(script), "recv", tb.hosts[1].ip, "5100", "1"],
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert recv.stdout.readline() == "listening\n"
+        send = tb.popen(0, [PYTHON, str(script), "send", tb.hosts[1].ip, "5100", str(total)])
+        out, err = recv.communicate(timeout=STEP_TIMEOUT)
+        assert send.wait(timeout=STEP_TIMEOUT) == 0 and recv.returncode == 0, err
+        time.sleep(0.1)
+    trace = linkmon.load(path)
+    assert trace.hosts == 2 and len(trace.times) > 100, len(trace.times)
+    first, last = trace.counters[0], trace.counters[-1]
+    h0_out, h0_in, h1_out, h1_in = (b - a for a, b in zip(first, last))
+    assert total <= h0_out < 1.1 * total and total <= h1_in < 1.1 * total, (h0_out, h1_in)
+    assert h1_out < total // 10 and h0_in < total // 10, (h1_out, h0_in)
+    peak = max(r[0] for _, r in linkmon.rates(trace, 0.1))
+    assert 0.8 * rate < peak < 1.1 * rate, peak  # shaped, and the monitor saw it at speed
+    summary = linkmon.idle_summary(trace, rate)
+    assert summary["used_pct"]["h0 out"] > 70 and summary["used_pct"]["h1 out"] < 10, summary
+    assert summary["idle_pct"]["h1 out"] > 50 and summary["idle_pct"]["h0 out"] < 30, summary
+    # A torn last line (a sampler killed mid-write) is skipped.
+    torn = tmp_path / "torn.txt"
+    torn.write_text(path.read_text() + "123.0 1 2")
+    assert len(linkmon.load(torn).times) == len(trace.times)

@@ -116,8 +116,7 @@ Status Engine::TuneAtStart() {
       for (size_t p : partition_candidates_) {
         partition_credits_.push_back(config_.scheduling_credit_pinned
                                          ? static_cast<size_t>(config_.scheduling_credit) * p
-                                         : tuning::CreditForPartition(t.credit_bytes.value, t.partition_bytes.value,
-                                                                      p, o.model.shared_links));
+                                         : tuning::CreditForPartition(t.credit_bytes.value, t.partition_bytes.value, p));
       }
       tuning::OnlineTunerOptions po;
       po.what = "partition";

@@ -93,18 +93,24 @@ TEST(SettingsModelTest, CreditCoversEveryServerAndWorkerTwiceOver) {
   EXPECT_EQ(At(8 * kGbit, 1e-4, 1, 1).credit_bytes.value, 16 * kMiB);  // never fewer than 16 partitions
 }
 
-TEST(SettingsModelTest, ServersOnTheWorkersHostsKeepOneRoundTripInFlight) {
+TEST(SettingsModelTest, ServersOnTheWorkersHostsKeepTwoRoundTripsInFlightInSmallerPartitions) {
   ModelInputs in;
   in.num_workers = in.num_servers = 4;
   in.shared_links = true;
   const DerivedSettings d = Derive({kGbit, 1e-4}, in);
-  EXPECT_EQ(d.credit_bytes.value, 2 * kMiB);  // 2 * 4 * 256 KiB, a quarter of the separate placement's
+  // sqrt(16 MiB * 100 us * B / (2 * 3)) = 179 KiB -> 128 KiB (256 KiB for separate servers)
+  EXPECT_EQ(d.partition_bytes.value, 128 * kKiB) << d.partition_bytes.reason;
+  EXPECT_EQ(At(kGbit, 1e-4).partition_bytes.value, 256 * kKiB);
+  EXPECT_NE(d.partition_bytes.reason.find("/ (2 (n - 1) = 6)"), std::string::npos) << d.partition_bytes.reason;
+  EXPECT_EQ(d.credit_bytes.value, 2 * kMiB);  // 4 * 4 * 128 KiB, a quarter of the separate placement's
   EXPECT_NE(d.credit_bytes.reason.find("servers share the workers' hosts"), std::string::npos) << d.credit_bytes.reason;
-  EXPECT_NE(d.credit_bytes.reason.find("2 max(n, k) P = 2 * 4 * 256 KiB"), std::string::npos) << d.credit_bytes.reason;
-  in.num_workers = in.num_servers = 2;
-  EXPECT_EQ(Derive({kGbit, 1e-4}, in).credit_bytes.value, 2 * kMiB);  // never fewer than 8 partitions
-  EXPECT_EQ(Derive({kGbit, 200e-3}, in).credit_bytes.value, At(kGbit, 200e-3, 2, 2).credit_bytes.value);  // 2 B R
+  EXPECT_NE(d.credit_bytes.reason.find("4 max(n, k) P = 4 * 4 * 128 KiB"), std::string::npos) << d.credit_bytes.reason;
+  in.num_workers = in.num_servers = 2;  // n - 1 = 1: the separate placement's partition
   EXPECT_EQ(Derive({kGbit, 1e-4}, in).partition_bytes.value, At(kGbit, 1e-4, 2, 2).partition_bytes.value);
+  EXPECT_EQ(Derive({kGbit, 1e-4}, in).credit_bytes.value, 4 * kMiB);  // never fewer than 16 partitions
+  EXPECT_EQ(Derive({kGbit, 200e-3}, in).credit_bytes.value, At(kGbit, 200e-3, 2, 2).credit_bytes.value);  // 2 B R
+  in.num_workers = in.num_servers = 16;  // never under 128 KiB
+  EXPECT_EQ(Derive({kGbit, 1e-4}, in).partition_bytes.value, 128 * kKiB);
 }
 
 TEST(SettingsModelTest, NothingMeasuredKeepsTheFixedDefaultsShape) {
@@ -136,7 +142,6 @@ TEST(SettingsModelTest, TheAlternativePartitionKeepsTheBytesInFlightAndAtLeast16
   EXPECT_EQ(CreditForPartition(65536 * K, 4096 * K, 1024 * K), 16384 * K);   // but 16 partitions at least
   EXPECT_EQ(CreditForPartition(0, 256 * K, 1024 * K), 0u);                   // no cap stays no cap
   EXPECT_EQ(CreditForPartition(2048 * K, 256 * K, 256 * K), 2048 * K);       // the chosen size keeps its credit
-  EXPECT_EQ(CreditForPartition(2048 * K, 256 * K, 1024 * K, true), 8192 * K);  // shared links: 8 partitions
 }
 
 TEST(SettingsModelTest, ReasonsNameTheInputs) {

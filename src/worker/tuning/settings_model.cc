@@ -27,11 +27,10 @@ size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi) {
   return 0;
 }
 
-size_t CreditForPartition(size_t credit, size_t chosen, size_t partition, bool shared_links) {
+size_t CreditForPartition(size_t credit, size_t chosen, size_t partition) {
   if (credit == 0 || chosen == 0 || partition == chosen) return credit;
   const double scaled = static_cast<double>(credit) * static_cast<double>(partition) / static_cast<double>(chosen);
-  const size_t floor = shared_links ? 8 : 16;
-  return std::max(floor * partition, std::min(credit, static_cast<size_t>(scaled)));
+  return std::max(16 * partition, std::min(credit, static_cast<size_t>(scaled)));
 }
 
 DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
@@ -42,17 +41,23 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
     out.credit_bytes = {0, "nothing measured: no cap"};
     return out;
   }
-  const double ideal = std::sqrt(static_cast<double>(kReferenceTensorBytes) * kPartitionCostS * link.goodput_Bps / 2);
-  const size_t P = RoundPartition(ideal, kMinPartitionBytes, hi);
-  out.partition_bytes = {P, fmt::format("sqrt(M {} MiB * c {:.0f} us * B {} / 2) = {:.0f} KiB, rounded to a power "
+  // With shared links the last partition crosses each NIC n - 1 times each way (the pushes of the
+  // other workers into its server, the sums out to them), so the tail term is 2 (n - 1) P / B.
+  const int fan = std::max({in.num_workers, in.num_servers, 1});
+  const int legs = in.shared_links ? std::max(1, fan - 1) : 1;
+  const size_t lo = in.shared_links ? kMinSharedPartitionBytes : kMinPartitionBytes;
+  const double ideal =
+      std::sqrt(static_cast<double>(kReferenceTensorBytes) * kPartitionCostS * link.goodput_Bps / (2.0 * legs));
+  const size_t P = RoundPartition(ideal, lo, hi);
+  out.partition_bytes = {P, fmt::format("sqrt(M {} MiB * c {:.0f} us * B {} / {}) = {:.0f} KiB, rounded to a power "
                                         "of two in [{}, {}]",
                                         kReferenceTensorBytes >> 20, kPartitionCostS * 1e6, Mbps(link.goodput_Bps),
-                                        ideal / 1024, KiB(kMinPartitionBytes), KiB(hi))};
-  const int fan = std::max({in.num_workers, in.num_servers, 1});
+                                        in.shared_links ? fmt::format("(2 (n - 1) = {})", 2 * legs) : "2",
+                                        ideal / 1024, KiB(lo), KiB(hi))};
   const double bdp = 2 * link.goodput_Bps * std::max(0.0, link.rtt_s);
   // Round trips kept in flight per server and worker, and the floor in partitions (see the header).
-  const size_t trips = in.shared_links ? 2 : 8;
-  const size_t floor = in.shared_links ? 8 : 16;
+  const size_t trips = in.shared_links ? 4 : 8;
+  const size_t floor = 16;
   const size_t pipeline = trips * static_cast<size_t>(fan) * P;
   const size_t C = std::max({static_cast<size_t>(bdp), pipeline, floor * P});
   out.credit_bytes = {C, fmt::format("{}max(2 B R = 2 * {} * {:.2f} ms = {}, {} max(n, k) P = {} * {} * {} = {}, {} P = {})",

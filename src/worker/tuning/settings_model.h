@@ -14,12 +14,15 @@
 //     never fewer than 16 partitions (with one or two peers a handful in flight leaves loopback's
 //     pipeline idle). More only queues bytes in front of the next iteration's urgent partitions.
 //   shared links (every worker's host runs a server too, on several hosts: colocated placement):
-//   credit C = max(2 B R, 2 max(n, k) P, 8 P)
-//     The round trip once, without the skew factor: a worker's pushes and its host's server's
-//     replies leave through one NIC, so every byte a worker queues beyond the round trip waits in
-//     front of its own server's sums, and the server with the longest queue of them is the
-//     iteration's tail (measured at n = 4 on 1 Gbit/s: 2 MiB in flight ran 16 MiB 4 % faster than
-//     8 MiB, 100 MiB the same; docs/benchmarks.md).
+//   partition P = sqrt(M c B / (2 (n - 1))), rounded likewise in [128 KiB, 4 MiB]
+//     The last partition crosses each NIC n - 1 times each way (the other workers' pushes into
+//     its server, its sums out to them), so the tail term is 2 (n - 1) P / B.
+//   credit C = max(2 B R, 4 max(n, k) P, 16 P)
+//     The round trip twice, not four times: a worker's pushes and its host's server's replies
+//     leave through one NIC, so every byte a worker queues beyond what covers the round trip
+//     waits in front of its own server's sums, and the server with the longest queue of them is
+//     the iteration's tail (measured at n = 4 on 1 Gbit/s: 2 MiB in flight ran 16 MiB 4 % faster
+//     than 8 MiB; docs/benchmarks.md).
 //   connections per server K = max(2, ceil(B R / W)), at most 16
 //     One TCP connection moves at most its window W per round trip (W: BYTEPS_SOCKET_BUFFER_BYTES,
 //     or half the kernel's tcp_rmem maximum when that is 0), so filling B at round trip R takes
@@ -43,6 +46,9 @@ struct LinkEstimate {
 inline constexpr size_t kReferenceTensorBytes = 16u << 20;  // M
 inline constexpr double kPartitionCostS = 100e-6;           // c
 inline constexpr size_t kMinPartitionBytes = 256u << 10;  // below it the per-partition cost dominated every measurement
+// With shared links (colocated placement) 128 KiB partitions measured 1-3 % faster than 256 KiB
+// at 16-100 MiB on the n = 4 emulated cluster (docs/benchmarks.md).
+inline constexpr size_t kMinSharedPartitionBytes = 128u << 10;
 
 struct ModelInputs {
   int num_workers = 1;  // hosts (local roots) taking part in push_pull
@@ -78,10 +84,10 @@ size_t PartitionAlternative(size_t chosen, size_t lo, size_t hi);
 
 // The credit that goes with partitions of `partition` when the model chose `credit` for
 // partitions of `chosen`: `credit` itself for the chosen size; for another, the same bytes in
-// flight, scaled down with smaller partitions, and never fewer than 16 partitions, 8 with shared
-// links (the sweep: 1 MiB partitions ran best with 16 in flight where the model gave 8 MiB for
-// 256 KiB ones; 8 max(n, k) of them queued too much). 0 (no cap) stays 0.
-size_t CreditForPartition(size_t credit, size_t chosen, size_t partition, bool shared_links = false);
+// flight, scaled down with smaller partitions, and never fewer than 16 partitions (the sweep:
+// 1 MiB partitions ran best with 16 in flight where the model gave 8 MiB for 256 KiB ones;
+// 8 max(n, k) of them queued too much). 0 (no cap) stays 0.
+size_t CreditForPartition(size_t credit, size_t chosen, size_t partition);
 
 // A size rounded to the nearest power of two (in log terms) within [lo, hi].
 size_t RoundPartition(double bytes, size_t lo, size_t hi);

@@ -55,15 +55,14 @@ DerivedSettings Derive(const LinkEstimate& link, const ModelInputs& in) {
                                         in.shared_links ? fmt::format("(2 (n - 1) = {})", 2 * legs) : "2",
                                         ideal / 1024, KiB(lo), KiB(hi))};
   const double bdp = 2 * link.goodput_Bps * std::max(0.0, link.rtt_s);
-  // Round trips kept in flight per server and worker, and the floor in partitions (see the header).
+  // Partitions kept in flight per server and worker (see the header): 4 or 2 round trips' worth.
   const size_t trips = in.shared_links ? 4 : 8;
-  const size_t floor = 16;
   const size_t pipeline = trips * static_cast<size_t>(fan) * P;
-  const size_t C = std::max({static_cast<size_t>(bdp), pipeline, floor * P});
-  out.credit_bytes = {C, fmt::format("{}max(2 B R = 2 * {} * {:.2f} ms = {}, {} max(n, k) P = {} * {} * {} = {}, {} P = {})",
+  const size_t C = std::max({static_cast<size_t>(bdp), pipeline, 16 * P});
+  out.credit_bytes = {C, fmt::format("{}max(2 B R = 2 * {} * {:.2f} ms = {}, {} max(n, k) P = {} * {} * {} = {}, 16 P = {})",
                                      in.shared_links ? "servers share the workers' hosts: " : "",
                                      Mbps(link.goodput_Bps), link.rtt_s * 1e3, KiB(static_cast<size_t>(bdp)), trips,
-                                     trips, fan, KiB(P), KiB(pipeline), floor, KiB(floor * P))};
+                                     trips, fan, KiB(P), KiB(pipeline), KiB(16 * P))};
   return out;
 }
 

@@ -16,6 +16,8 @@ PKGS=(
   libhwloc-dev libnuma-dev libucx-dev
   # the ps-lite peer rows of bench/pslite (builds ps-lite from /work/shared/peers in a cache folder)
   protobuf-compiler libzmq3-dev libprotobuf-dev
+  # the OpenMPI peer of bench/collective (MPI_Allreduce, ring)
+  openmpi-bin libopenmpi-dev
 )
 
 missing=()

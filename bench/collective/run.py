@@ -32,7 +32,12 @@ Before each configuration the runner waits (``--wait-idle``, up to 120 s) until 
 below 25 % busy: other users' processes would take the cores the links and peers need.
 
 Iterations: per size clamp(512 MiB / M, 5, 50) (the rule of ``byteps-core bench --iters 0``)
-for every system, after ``--warmup`` untimed ones (default 1); medians are reported.  byteps
+for every system, after ``--warmup`` untimed ones (default 1); medians are reported.  Timing
+(``--timing``), the same for every system: ``barrier`` (default) times each collective from a
+barrier (gloo's ``dist.barrier``, ``MPI_Barrier``, byteps' ``bench --barrier``: an untimed 4-byte
+push_pull), so no iteration inherits the previous one's skew across ranks; ``back-to-back``
+times collectives that follow each other with nothing between (gloo and MPI then sum zeros after
+one checked sum), where a rank that finishes late delays everyone's next iteration.  byteps
 runs all sizes in one job when they form a geometric series (``--step-factor``), else one job
 per size.
 
@@ -86,6 +91,8 @@ GLOO_WORKER = REPO / "bench" / "collective" / "gloo_worker.py"
 MPI_SOURCE = REPO / "bench" / "collective" / "mpi_sweep.c"
 GLOO_PORT = 29500
 DEFAULT_SIZES = "1M,4M,16M,64M,256M"
+# How an iteration is timed: after a barrier (every system), or back to back.
+TIMINGS = ("barrier", "back-to-back")
 QUICK = {"n": "2,4", "sizes": "4M,16M", "iters": 5, "rate": 1000.0}
 MPI_RING = ["--mca", "coll_tuned_use_dynamic_rules", "1",
             "--mca", "coll_tuned_allreduce_algorithm", "4"]
@@ -400,7 +407,7 @@ def run_byteps(tb, cfg: Config, sizes: list[int], iters: list[int], args, raw: P
         path = raw / f"{cfg.tag}_{j}.json"
         argv = [core, "bench", "--min-bytes", str(group[0]), "--max-bytes", str(group[-1]),
                 "--step-factor", str(step), "--iters", str(it), "--warmup", str(args.warmup),
-                "--json", str(path)]
+                *(["--barrier"] if args.timing == "barrier" else []), "--json", str(path)]
         res = run_job(tb, cfg.n, cfg.k, argv, placement=cfg.placement, env=env, timeout=timeout,
                       echo=args.verbose)
         transcript.append("".join(res.transcript))
@@ -432,7 +439,9 @@ def run_gloo(tb, cfg: Config, sizes: list[int], iters: list[int], args, raw: Pat
     commands = [(i, [PYTHON, str(GLOO_WORKER), "--rank", str(i), "--world-size", str(cfg.n),
                      "--master-addr", tb.hosts[0].ip, "--master-port", str(GLOO_PORT),
                      "--sizes", spec, "--warmup", str(args.warmup),
-                     "--timeout", str(int(timeout))], env, f"gloo:{i}")
+                     "--timeout", str(int(timeout)),
+                     *(["--back-to-back"] if args.timing == "back-to-back" else [])],
+                 env, f"gloo:{i}")
                 for i in range(cfg.n)]
     res = run_on_hosts(tb, commands, timeout=timeout, echo=args.verbose)
     (raw / f"{cfg.tag}.log").write_text("".join(res.transcript))
@@ -486,7 +495,8 @@ def run_mpi(tb, cfg: Config, sizes: list[int], iters: list[int], args, raw: Path
             "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "eth0",
             "--mca", "oob_tcp_if_include", "eth0", *MPI_RING,
             *([] if args.mpi_busy_poll else MPI_YIELD), *args.mpi_args,
-            str(exe), str(args.warmup), *(f"{m}:{it}" for m, it in zip(sizes, iters))]
+            str(exe), *(["--back-to-back"] if args.timing == "back-to-back" else []),
+            str(args.warmup), *(f"{m}:{it}" for m, it in zip(sizes, iters))]
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
     res = run_on_hosts(tb, [(0, argv, env, "mpirun")], timeout=timeout, echo=args.verbose)
@@ -597,6 +607,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--iters", type=int, default=None,
                     help="timed iterations per size (default clamp(512M/size, 5, 50))")
     ap.add_argument("--warmup", type=int, default=1, help="untimed iterations per size")
+    ap.add_argument("--timing", choices=TIMINGS, default="barrier",
+                    help="barrier: every system times one collective after a barrier (default); "
+                         "back-to-back: the collectives follow each other with nothing between")
     ap.add_argument("--out", default=str(REPO / "bench-results" / "collective"))
     ap.add_argument("--byteps-env", action="append", default=[], metavar="K=V",
                     help="extra environment of the byteps job (e.g. BYTEPS_PARTITION_BYTES=1M)")
@@ -685,6 +698,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        + " ".join(argv if argv is not None else sys.argv[1:]),
             "rate_mbit": args.rate, "rate_budget_mbit": args.rate_budget, "n": args.n,
             "k": args.k, "sizes": sizes, "iters": iters, "warmup": args.warmup,
+            "timing": args.timing,
             "systems": args.systems, "byteps_env": args.byteps_env, "mpi_args": args.mpi_args,
             "mpi_busy_poll": args.mpi_busy_poll,
             "goodput_factor": model.TCP_GOODPUT_FACTOR, "cpus": os.cpu_count()}

@@ -279,20 +279,24 @@ def _smoke_skip_reason() -> str | None:
     return None
 
 
-def test_quick_run_end_to_end(tmp_path):
-    """2 workers at 200 Mbit/s, 1 MiB, byteps (k = 2 separate) and gloo, 3 iterations."""
+@pytest.mark.parametrize("timing", runner.TIMINGS)
+def test_quick_run_end_to_end(tmp_path, timing):
+    """2 workers at 200 Mbit/s, 1 MiB, byteps (k = 2 separate) and gloo, 3 iterations, each
+    timing."""
     reason = _smoke_skip_reason()
     if reason:
         pytest.skip(reason)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "bench.collective.run", "--n", "2", "--k", "n",
             "--sizes", "1M", "--systems", "byteps,gloo", "--iters", "3", "--rate", "200",
-            "--wait-idle", "0",
+            "--wait-idle", "0", "--timing", timing,
             "--out", str(out)]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads((out / "results.json").read_text())
-    assert doc["meta"]["complete"]
+    assert doc["meta"]["complete"] and doc["meta"]["timing"] == timing
+    sweep = json.loads((out / "raw" / "byteps_n2_kn_0.json").read_text())
+    assert sweep["barrier"] == (timing == "barrier")
     assert [c["status"] for c in doc["configs"]] == ["ok", "ok"]
     rows = {r["system"]: r for r in doc["rows"]}
     g = model.goodput_Bps(200)

@@ -22,7 +22,9 @@ colocated): n4k4-2500 runs at 1500, n8k8-1000 at 750.  Every row of a case uses 
 the plan, the table and results.json show the rate actually used.
 
 For every case, in this run: gloo all_reduce once (the baseline; bench.collective.run.run_gloo),
-then byteps (``byteps-core bench`` as every worker, bench.collective.run.run_byteps) with
+then byteps (``byteps-core bench`` as every worker, bench.collective.run.run_byteps), each
+iteration of every system timed after a barrier (the collective benchmark's ``--timing
+barrier``), with
 
 * ``defaults``: no BYTEPS_* variable at all (the runner removes any from its own environment,
   except BYTEPS_CORE_BINARY, and passes none of its own; only the job's wiring that
@@ -175,7 +177,7 @@ def run_one(job: Job, idx: int, sizes: list[int], iters: list[int], args: argpar
     from tools.testbed import Testbed
 
     cfg = job.config()
-    opts = argparse.Namespace(warmup=args.warmup, verbose=args.verbose,
+    opts = argparse.Namespace(warmup=args.warmup, verbose=args.verbose, timing="barrier",
                               byteps_env=dict(job.spec.env), byteps_job_env={})
     out = raw / job.case.name / job.slug
     out.mkdir(parents=True, exist_ok=True)

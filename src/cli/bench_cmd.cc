@@ -291,6 +291,28 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
       fmt::print("{:>10} {:>12} {:>6} {:>12} {:>10} {:>10}\n", "size", "count", "iters", "time_us", "algbw_GBps",
                  "busbw_GBps");
     }
+    // --barrier: a push_pull completes only when every worker has pushed it, so after it the
+    // workers start the timed one together, as after the peers' barrier (gloo, MPI).
+    std::vector<uint8_t> barrier_buf(sizeof(float), 0);
+    if (o.barrier) {
+      auto k = e.Declare("bench.barrier", std::make_pair(barrier_buf.size(), DataType::kFloat32));
+      if (!k.ok()) {
+        fmt::print(stderr, "{}\n", k.status().message());
+        return 1;
+      }
+    }
+    auto barrier = [&]() -> Status {
+      if (!o.barrier) return Status::Ok();
+      worker::TensorRequest r;
+      r.name = "bench.barrier";
+      r.input = r.output = barrier_buf.data();
+      r.bytes = barrier_buf.size();
+      r.dtype = DataType::kFloat32;
+      auto h = e.Enqueue(r);
+      Status st = h.ok() ? e.Wait(h.value()) : h.status();
+      if (h.ok()) e.Release(h.value());
+      return st;
+    };
     for (size_t bytes = std::max(o.min_bytes, esize); bytes <= o.max_bytes; bytes *= o.step_factor) {
       size_t b = bytes / esize * esize;
       std::string name = fmt::format("bench.{}", b);
@@ -310,6 +332,10 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
         r.bytes = b;
         r.dtype = *dt;
         if (*dev) r.device = {(*dev)->kind(), (*dev)->index(), nullptr};
+        if (Status bst = barrier(); !bst.ok()) {
+          fmt::print(stderr, "bench: barrier: {}\n", bst.message());
+          return 1;
+        }
         auto t0 = Clock::now();
         auto h = e.Enqueue(r);
         Status st = h.ok() ? e.Wait(h.value()) : h.status();
@@ -335,7 +361,7 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
       Emit(nlohmann::json{{"mode", "sweep"}, {"workers", n}, {"servers", config.num_servers},
                           {"partition_bytes", e.partition_bytes()}, {"credit_bytes", e.credit_bytes()},
                           {"settings", e.settings_report()}, {"settle_iterations", settled_at},
-                          {"dtype", o.dtype}, {"device", o.device}, {"rows", rows}},
+                          {"barrier", o.barrier}, {"dtype", o.dtype}, {"device", o.device}, {"rows", rows}},
            o);
     }
     if (*dev) (*dev)->FreeDevice(buf);

@@ -14,6 +14,7 @@ struct BenchOptions {
   int step_factor = 4;
   int iters = 0;   // 0 = adaptive per size
   int warmup = 2;
+  bool barrier = false;        // before every iteration an untimed 4-byte push_pull (the peers' barrier)
   std::string dtype = "float32";
   std::string json_path;       // also write JSON here
   int tensors = 0;             // > 0: many-tensor mode (per-tensor overhead)

@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
   bench->add_option("--step-factor", bo.step_factor, "size multiplier between rows")->check(CLI::Range(2, 1024));
   bench->add_option("--iters", bo.iters, "timed iterations per size (0 = adaptive)");
   bench->add_option("--warmup", bo.warmup, "untimed iterations per size");
+  bench->add_flag("--barrier", bo.barrier,
+                  "before every iteration, an untimed 4-byte push_pull by every worker (a barrier, as the gloo and MPI "
+                  "benchmarks time one collective from aligned ranks)");
   bench->add_option("--dtype", bo.dtype, "float32, float16, bfloat16, float64, int32, int64, int8, uint8");
   bench->add_option("--json", bo.json_path, "also write the JSON result to this file");
   bench->add_option("--tensors", bo.tensors, "many-tensor mode: this many tensors per iteration");

@@ -21,7 +21,8 @@ or SIGHUP turned into ``SystemExit`` when nobody else handles them) kills every 
 inside the testbed's namespaces and deletes them, also when creation failed halfway.  A testbed
 whose creator was SIGKILLed is found by :func:`cleanup_stale` through the record that every
 testbed keeps in ``/run/byteps-testbed/<prefix>`` (creator PID and start time, namespaces).
-Those functions, the commands and the records are in :mod:`.namespaces` (re-exported here).
+Those functions, the commands and the records are in :mod:`.namespaces` (re-exported here), the
+exit hooks in :mod:`.teardown`.
 
 Thread-safety: a Testbed may be used from several threads (``popen``/``run`` are independent
 processes); ``close`` is idempotent and serialised by a lock.
@@ -29,7 +30,6 @@ processes); ``close`` is idempotent and serialised by a lock.
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import re
@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
+from . import teardown
 # Re-exported: netns is the testbed's one public module.
 from .namespaces import (_COMMAND_TIMEOUT_S, DEFAULT_PREFIX, NETNS_DIR, RUN_DIR,  # noqa: F401
                          TestbedError, _batch, _proc_start_time, _read_record, _record_path,
@@ -92,42 +93,6 @@ def _tbf(dev: str, rate_mbit: float, burst_kb: int, latency_ms: float, verb: str
 
 # --------------------------------------------------------------------------------------------
 # Process-wide teardown hooks
-
-_LIVE: dict[int, "Testbed"] = {}
-_LIVE_LOCK = threading.Lock()
-_HOOKS_INSTALLED = False
-_TEARDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _close_live_testbeds() -> None:
-    with _LIVE_LOCK:
-        live = list(_LIVE.values())
-    for tb in live:
-        if tb._owner_pid == os.getpid():  # a forked child must not tear down its parent's
-            try:
-                tb.close()
-            except Exception as err:  # noqa: BLE001 - at exit, report and go on
-                print(f"testbed: teardown of {tb.prefix} failed: {err}", flush=True)
-
-
-def _exit_on_signal(signum: int, _frame: object) -> None:
-    # Unwinds the stack, so `with Testbed(...)` blocks and finally clauses run, then atexit.
-    raise SystemExit(128 + signum)
-
-
-def _install_hooks() -> None:
-    global _HOOKS_INSTALLED
-    if _HOOKS_INSTALLED:
-        return
-    _HOOKS_INSTALLED = True
-    atexit.register(_close_live_testbeds)
-    if threading.current_thread() is threading.main_thread():
-        for sig in _TEARDOWN_SIGNALS:
-            # Only where the default action (die without cleanup) would apply: a program that
-            # handles the signal itself (pytest, bpsrun, job.py) keeps its handler.
-            if signal.getsignal(sig) == signal.SIG_DFL:
-                signal.signal(sig, _exit_on_signal)
-
 
 # --------------------------------------------------------------------------------------------
 # Testbed
@@ -210,9 +175,7 @@ class Testbed:
         self._owns_namespaces = False
         self._claimed = False
         self._closed = False
-        with _LIVE_LOCK:
-            _LIVE[id(self)] = self
-        _install_hooks()
+        teardown.register(self)
         try:
             self._claim()
             self._create()
@@ -302,8 +265,7 @@ class Testbed:
         with self._lock:
             self.keep = True
             _write_record(self.prefix, self._record(), exclusive=False)
-            with _LIVE_LOCK:
-                _LIVE.pop(id(self), None)
+            teardown.unregister(self)
 
     # -- teardown
 
@@ -325,8 +287,7 @@ class Testbed:
                 self._closed = True
             finally:
                 if self._closed:
-                    with _LIVE_LOCK:
-                        _LIVE.pop(id(self), None)
+                    teardown.unregister(self)
 
     @property
     def closed(self) -> bool:

@@ -12,7 +12,7 @@ bash scripts/build.sh
 echo "== ctest =="
 (cd build && ctest --output-on-failure --timeout 600)
 echo "== pytest =="
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python bench  # bench/: the benchmarks' own tests
+/usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/python bench  # bench/: the benchmarks' own tests
 
 if [ "${BYTEPS_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== ASan + UBSan =="

@@ -83,6 +83,13 @@ std::vector<PciGpu> HostGpus() {
   hwloc_topology_t topo;
   if (hwloc_topology_init(&topo) != 0) return out;
   hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  // Only the PCI tree and the NUMA nodes are read. hwloc's Linux backend finds the same PCI
+  // devices and bridges in sysfs that its libpciaccess plugin ("pci") finds, and that plugin leaks
+  // once unloaded (LeakSanitizer); the GPU-runtime plugins would create a CUDA / OpenCL context
+  // in every process. Names hwloc does not know are refused harmlessly.
+  for (const char* unneeded : {"pci", "cuda", "nvml", "opencl", "rsmi", "levelzero", "gl"}) {
+    hwloc_topology_set_components(topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, unneeded);
+  }
   if (hwloc_topology_load(topo) != 0) {
     hwloc_topology_destroy(topo);
     return out;

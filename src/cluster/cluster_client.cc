@@ -17,6 +17,9 @@ using protocol::Opcode;
 
 namespace {
 constexpr double kVerdictGraceS = 5.0;
+// Registrations that end in a ProtocolError before Join gives up (a damaged frame is worth
+// another try; a port that never speaks byteps is not).
+constexpr int kRegisterAttempts = 3;
 
 std::string NewInstanceToken() {
   std::random_device rd;
@@ -59,6 +62,7 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
   auto t0 = std::chrono::steady_clock::now();
   ClusterClient* raw = c.get();
   Status st;
+  int refused = 0;  // connections closed for bytes that are no byteps frames (ProtocolError)
   for (;;) {
     double connect_left = options.start_timeout_s -
                           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -72,6 +76,11 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
       std::lock_guard<std::mutex> lock(c->mu_);
       c->conn_ = conn.value();
       c->join_lost_ = Status::Ok();
+      if (c->early_close_.first.lock() == c->conn_) {  // it closed before it became conn_
+        const Status& reason = c->early_close_.second;
+        c->join_lost_ = transport::IsRefusal(reason) ? reason : Unavailable(reason.message());
+      }
+      c->early_close_ = {};
     }
     Header h;
     h.opcode = Opcode::kRegister;
@@ -80,21 +89,31 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
     // little longer than that so its verdict (which names the missing nodes) arrives first.
     double left = options.start_timeout_s + kVerdictGraceS -
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // conn_->closed(): it may have closed before it became conn_, when OnClose took it for stale.
-    st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty() || !raw->join_lost_.ok() ||
-                                   raw->conn_->closed(); },
+    st = c->WaitFor([raw] { return raw->registered_ || !raw->refusal_.empty() || !raw->join_lost_.ok(); },
                     std::max(left, 0.1), "registration with the scheduler");
     Status lost;
     {
       std::lock_guard<std::mutex> lock(c->mu_);
-      if (!c->registered_ && c->refusal_.empty()) {
-        lost = !c->join_lost_.ok() ? c->join_lost_
-               : c->conn_->closed() ? Unavailable("the scheduler closed the connection")
-                                    : Status::Ok();
-      }
+      if (!c->registered_ && c->refusal_.empty()) lost = c->join_lost_;
     }
     if (!st.ok() || lost.ok()) break;
-    // The connection dropped before the scheduler answered (e.g. reset on the way): register again.
+    // The connection dropped before the scheduler answered. A setting that differs from the
+    // job's (no secret here, another wire version) fails at once: no retry can fix it. Bytes
+    // the scheduler's port sent that are no byteps frames fail after a few tries (a damaged frame
+    // is worth another try; another service on that port is not). Anything else (a reset on the
+    // way) registers again, within the start deadline.
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string where = fmt::format("registration with the scheduler at {}:{} (DMLC_PS_ROOT_URI/"
+                                          "DMLC_PS_ROOT_PORT)", options.root_uri, options.root_port);
+    if (lost.code() == StatusCode::kInvalidArgument) return lost.WithContext(where);
+    if (lost.code() == StatusCode::kProtocol && ++refused >= kRegisterAttempts) {
+      return lost.WithContext(fmt::format("{} failed {} times", where, refused));
+    }
+    if (elapsed >= options.start_timeout_s) {
+      return DeadlineExceeded(fmt::format("{} did not complete within BYTEPS_START_TIMEOUT={:.0f} s; the last "
+                                          "connection dropped: {}",
+                                          where, options.start_timeout_s, lost.message()));
+    }
     BYTEPS_LOG(Warning, "the connection to the scheduler dropped during registration ({}); registering again",
                lost.message());
     std::unique_lock<std::mutex> lock(c->mu_);  // brief pause before registering again

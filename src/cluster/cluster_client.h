@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -115,6 +116,8 @@ class ClusterClient : public transport::Handler {
   std::string finish_message_;
   bool rejoining_ = false;
   Status join_lost_;  // the connection dropped while Join waited for the RegisterReply
+  // A connection that closed before Join made it conn_, and why (Join claims it if it is its own).
+  std::pair<std::weak_ptr<transport::Connection>, Status> early_close_;
   Clock::TimePoint last_heard_;  // any frame from the scheduler (clock_)
   bool rejoined_ = false;                        // RegisterReply for the current rejoin arrived
   std::thread heartbeat_;

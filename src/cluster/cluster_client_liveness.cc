@@ -18,6 +18,13 @@ void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
   bool started = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!registered_ && &c != conn_.get()) {
+      // Join's new connection may close before Join made it conn_ (a refusal right after the
+      // connect): keep the reason for Join to find. An older attempt's connection is stale.
+      early_close_ = {c.shared_from_this(), reason};
+      cv_.notify_all();
+      return;
+    }
     if (terminated_ || stopping_ || !failure_.ok() || &c != conn_.get()) return;  // expected or stale
     if (rejoining_) return;  // a rejoin attempt's connection dropped: the rejoin thread goes on
     // Before the rendezvous there is nothing to rejoin (registration itself has a deadline), and
@@ -34,7 +41,8 @@ void ClusterClient::OnClose(transport::Connection& c, const Status& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!registered_ && refusal_.empty()) {  // Join is waiting: it registers again on a new connection
-      join_lost_ = Unavailable(reason.message());
+      // A refusal keeps its code (Join decides whether registering again can help).
+      join_lost_ = transport::IsRefusal(reason) ? reason : Unavailable(reason.message());
       cv_.notify_all();
       return;
     }

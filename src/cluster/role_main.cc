@@ -1,5 +1,8 @@
 #include "cluster/role_main.h"
 
+#include <chrono>
+#include <thread>
+
 #include "cluster/cluster_config.h"
 #include "cluster/scheduler.h"
 
@@ -9,6 +12,13 @@ Status RunScheduler(const config::Config& c) {
   auto s = Scheduler::Start(SchedulerOptionsFor(c));
   if (!s.ok()) return s.status();
   Status st = s.value()->Wait();
+  // A job that could not start because a node contradicted it (InvalidArgument: its size, a
+  // duplicate rank): stay a moment, so that a node still starting is refused with the reason
+  // instead of finding nobody there (it would wait out its own start deadline). After the start
+  // deadline itself there is nobody left to tell.
+  if (st.code() == StatusCode::kInvalidArgument && !s.value()->rendezvous_done()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  }
   s.value()->WaitDisconnect(2.0);
   return st;
 }

@@ -138,6 +138,11 @@ Status Scheduler::Wait() {
   return result_;
 }
 
+bool Scheduler::rendezvous_done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rendezvous_done_;
+}
+
 void Scheduler::WaitDisconnect(double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return nodes_.empty(); });

@@ -52,6 +52,8 @@ class Scheduler : public transport::Handler {
   ~Scheduler() override;
 
   int port() const { return port_; }
+  // Whether every node registered and got the address table (the job started).
+  bool rendezvous_done() const;
   // Blocks until the job ends. OK when every worker finished; otherwise the reason.
   Status Wait();
   // After Wait: gives nodes up to timeout_s to read Terminate and hang up.

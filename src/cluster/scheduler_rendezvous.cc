@@ -31,6 +31,14 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
     h.opcode = Opcode::kRegisterReply;
     out->push_back({conn, {h, protocol::Encode(r)}});
   };
+  // A node whose settings contradict the job's (its size, a rank another node holds): the job as
+  // configured can never form, so everyone hears why now instead of at the start deadline. A
+  // running job is left alone (the stray node is refused, nothing more).
+  auto reject_job = [&](const std::string& why) {
+    reject(why);
+    if (rendezvous_done_ || job_over_) return;
+    FailJobLocked(InvalidArgument(fmt::format("the job cannot start: {}", why)), nullptr, out);
+  };
   auto req = protocol::DecodeRegisterRequest(payload);
   if (!req.ok()) {
     reject(req.status().message());
@@ -46,10 +54,10 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
     return;
   }
   if (r.num_workers != options_.num_workers || r.num_servers != options_.num_servers) {
-    reject(fmt::format("{} at {} believes the job has DMLC_NUM_WORKER={} DMLC_NUM_SERVER={}, but the "
-                       "scheduler was started with {} and {}",
-                       r.role, r.host, r.num_workers, r.num_servers, options_.num_workers,
-                       options_.num_servers));
+    reject_job(fmt::format("{} at {} (pid {}) believes the job has DMLC_NUM_WORKER={} DMLC_NUM_SERVER={}, but the "
+                           "scheduler was started with {} and {}",
+                           r.role, r.host, r.pid, r.num_workers, r.num_servers, options_.num_workers,
+                           options_.num_servers));
     return;
   }
   if (job_over_) {
@@ -77,14 +85,17 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
     if (n.req.role != r.role) continue;
     ++have;
     if (r.requested_rank >= 0 && n.req.requested_rank == r.requested_rank) {
-      reject(fmt::format("{} rank {} is already taken by pid {} at {} (duplicate DMLC_WORKER_ID?)",
-                         r.role, r.requested_rank, n.req.pid, n.req.host));
+      reject_job(fmt::format("{} rank {} is already taken by pid {} at {}; pid {} at {} asked for it too (duplicate "
+                             "DMLC_WORKER_ID?)",
+                             r.role, r.requested_rank, n.req.pid, n.req.host, r.pid, r.host));
       return;
     }
   }
   int limit = r.role == "worker" ? options_.num_workers : options_.num_servers;
   if (r.requested_rank >= limit) {
-    reject(fmt::format("requested {} rank {} is out of range for a job of {}", r.role, r.requested_rank, limit));
+    reject_job(fmt::format("{} at {} (pid {}) asked for rank {}, out of range for a job of {} {}s (DMLC_WORKER_ID "
+                           "must be below DMLC_NUM_WORKER)",
+                           r.role, r.host, r.pid, r.requested_rank, limit, r.role));
     return;
   }
   if (have >= limit) {

@@ -56,7 +56,16 @@ Status SetRole(const Arg& a, Role& out) {
   if (l == "worker") out = Role::kWorker;
   else if (l == "server") out = Role::kServer;
   else if (l == "scheduler") out = Role::kScheduler;
-  else return Malformed(a, "one of worker, server, scheduler");
+  else {
+    // A misspelled role ("wroker") gets the nearest one named.
+    const char* nearest = nullptr;
+    size_t best = 3;  // at most two edits away
+    for (const char* role : {"worker", "server", "scheduler"}) {
+      if (size_t d = EditDistance(l, role); d < best) best = d, nearest = role;
+    }
+    return Malformed(a, nearest ? fmt::format("one of worker, server, scheduler (did you mean {}?)", nearest)
+                                : std::string("one of worker, server, scheduler"));
+  }
   return Status::Ok();
 }
 

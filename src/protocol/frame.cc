@@ -28,7 +28,17 @@ uint16_t HeaderCrc(const uint8_t* header) {
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 31);
+  return (op >= 1 && op <= 9) || (op >= 16 && op <= 32);
+}
+
+Status WireVersionMismatch(uint8_t peer_version) {
+  return InvalidArgument(fmt::format("unsupported wire version {} (this build speaks {}): the peer runs another "
+                                     "byteps release; install the same byteps on every node of the job",
+                                     peer_version, kWireVersion));
+}
+
+bool IsWireVersionMismatch(const uint8_t* data, size_t len) {
+  return len >= kHeaderSize && LoadLe32(data + kOffMagic) == kMagic && data[kOffVersion] != kWireVersion;
 }
 
 const char* OpcodeName(Opcode op) {
@@ -58,6 +68,7 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kShmBell: return "ShmBell";
     case Opcode::kUcxHello: return "UcxHello";
     case Opcode::kUcxReady: return "UcxReady";
+    case Opcode::kLeave: return "Leave";
   }
   return "Unknown";
 }
@@ -88,16 +99,15 @@ StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payl
     return ProtocolError(fmt::format("bad magic 0x{:08x} (expected 0x{:08x}): not a byteps peer",
                                      magic, kMagic));
   }
-  if (data[kOffVersion] != kWireVersion) {
-    return ProtocolError(fmt::format("unsupported wire version {} (this build speaks {})",
-                                     data[kOffVersion], kWireVersion));
-  }
-  if (!IsKnownOpcode(data[kOffOpcode])) {
-    return ProtocolError(fmt::format("unknown opcode {}", data[kOffOpcode]));
-  }
+  // The checksum before the version: a version byte damaged on the way reads as damage (worth a
+  // new connection), not as another release (which no retry can fix).
   if ((LoadLe16(data + kOffFlags) & kFlagChecksum) && LoadLe16(data + kOffPad) != HeaderCrc(data)) {
     return ProtocolError(fmt::format("corrupt frame header (checksum 0x{:04x}, computed 0x{:04x})",
                                      LoadLe16(data + kOffPad), HeaderCrc(data)));
+  }
+  if (data[kOffVersion] != kWireVersion) return WireVersionMismatch(data[kOffVersion]);
+  if (!IsKnownOpcode(data[kOffOpcode])) {
+    return ProtocolError(fmt::format("unknown opcode {}", data[kOffOpcode]));
   }
   Header h;
   h.opcode = static_cast<Opcode>(data[kOffOpcode]);

@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 4;
+inline constexpr uint8_t kWireVersion = 5;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -49,7 +49,12 @@ enum class Opcode : uint8_t {
   kShmBell = 29,        // either way: arg 1 = records published for you, 2 = space freed / frames read
   kUcxHello = 30,       // connector -> acceptor (the TCP connection a UCX one starts on): my id, token, worker address
   kUcxReady = 31,       // acceptor -> connector: arg 0 = my id + worker address; arg 1 = refused, payload = why
+  kLeave = 32,          // worker -> server: this worker has shut down and pushes nothing more (sender = its rank)
 };
+
+// Header flag bit of kError (bits 0..14 belong to the opcode): the request can never complete,
+// whoever retries; the job cannot go on (e.g. a round that needs a worker that has left).
+inline constexpr uint16_t kFlagJobFatal = 0x0001;
 
 // Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the
 // transport sets or clears this one on every frame it sends): the header's bytes 18..19 hold the low 16 bits of the CRC-32C of the header (with
@@ -77,13 +82,19 @@ struct Header {
 // kFlagChecksum).
 void EncodeHeader(const Header& h, uint8_t* out);
 
-// Decodes and validates magic, version, opcode, the header checksum (when flagged) and
+// Decodes and validates magic, the header checksum (when flagged), version, opcode and
 // payload_len <= max_payload.
-// Errors name the field: "bad magic 0x...", "unsupported wire version 7 (this build speaks 1)",
+// Errors name the field: "bad magic 0x...", "unsupported wire version 7 (this build speaks 1)"
+// (InvalidArgument: another release, which no retry fixes; the rest are ProtocolError),
 // "unknown opcode 200", "payload of 5000000000 bytes exceeds the limit of 1073741824 (BYTEPS_MAX_MESSAGE_BYTES)".
 StatusOr<Header> DecodeHeader(const uint8_t* data, size_t len, uint64_t max_payload);
 
 std::string DescribeHeader(const Header& h);
+
+// The error for a peer speaking `peer_version` (InvalidArgument; names both versions).
+Status WireVersionMismatch(uint8_t peer_version);
+// Whether `data` starts with a byteps header of another wire version (len >= kHeaderSize).
+bool IsWireVersionMismatch(const uint8_t* data, size_t len);
 
 // Opcodes a transport uses for its connections themselves (authentication, the shared-memory and
 // UCX handshakes): never a frame for the layers above.

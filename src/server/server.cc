@@ -57,6 +57,10 @@ StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const
     return ProtocolError(fmt::format("{} sent {} before Hello; not a byteps worker", c.peer_name(),
                                      protocol::OpcodeName(h.opcode)));
   }
+  if (h.opcode == Opcode::kLeave) {
+    if (h.payload_len != 0) return ProtocolError(fmt::format("Leave from {} with a payload", c.peer_name()));
+    return transport::RecvBuffer{};
+  }
   if (h.opcode != Opcode::kPushPull) {
     return ProtocolError(fmt::format("unexpected {} from {}", protocol::OpcodeName(h.opcode), c.peer_name()));
   }
@@ -129,13 +133,19 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       ShardFor(h.key).Post(std::move(t));
       return;
     }
+    case Opcode::kLeave: {
+      // The worker has shut down: every shard learns it (a round it never pushed cannot complete).
+      BYTEPS_LOG(Info, "{} has left the job", c.peer_name());
+      for (auto& shard : shards_) shard->Post(LeaveTask{WorkerOf(c.tag)});
+      return;
+    }
     default:
       return;
   }
 }
 
 void Server::OnClose(transport::Connection& c, const Status& reason) {
-  if (reason.code() == StatusCode::kProtocol) return;  // refused: the transport logged it
+  if (transport::IsRefusal(reason)) return;  // refused: the transport logged it
   if (c.tag < 0) {
     BYTEPS_LOG(Warning, "connection from {} closed before it said Hello: {}", c.peer_name(), reason.message());
   } else {

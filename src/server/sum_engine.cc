@@ -37,6 +37,7 @@ SumEngine::~SumEngine() {
 
 void SumEngine::Post(PushTask t) { Enqueue(std::move(t)); }
 void SumEngine::Post(InitTask t) { Enqueue(std::move(t)); }
+void SumEngine::Post(LeaveTask t) { Enqueue(t); }
 
 void SumEngine::Enqueue(Task t) {
   {
@@ -60,6 +61,7 @@ void SumEngine::Run() {
     for (Task& t : batch) {
       if (auto* p = std::get_if<PushTask>(&t)) HandlePush(*p);
       else if (auto* i = std::get_if<InitTask>(&t)) HandleInit(*i);
+      else if (auto* l = std::get_if<LeaveTask>(&t)) HandleLeave(*l);
     }
     batch.clear();
   }
@@ -68,6 +70,40 @@ void SumEngine::Run() {
 void SumEngine::ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
                            uint64_t request_id, const Status& error) {
   (void)conn->SendCopy(protocol::ErrorHeader(Opcode::kError, error.code(), key, request_id), error.message());
+}
+
+void SumEngine::ReplyFatal(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
+                           uint64_t request_id, const Status& error) {
+  Header h = protocol::ErrorHeader(Opcode::kError, error.code(), key, request_id);
+  h.flags |= protocol::kFlagJobFatal;
+  (void)conn->SendCopy(h, error.message());
+}
+
+Status SumEngine::UnevenEnd(const KeyState& ks, uint64_t key, int worker, uint32_t round, int gone) {
+  const uint32_t last = ks.last_round[gone];
+  return Aborted(fmt::format(
+      "tensor '{}' (key {}): worker {} needs round {}, but worker {} has shut down {}, so the round can never "
+      "complete. Every worker must make the same push_pulls of each tensor; for uneven data, stop every worker "
+      "at the same step (Horovod's join() is not supported by byteps yet; docs/troubleshooting.md)",
+      ks.init.name, key, worker, round, gone,
+      last == 0 ? "without pushing it once" : fmt::format("after round {} of it", last)));
+}
+
+void SumEngine::HandleLeave(const LeaveTask& t) {
+  if (t.worker < 0 || t.worker >= num_workers_ ||
+      std::find(left_.begin(), left_.end(), t.worker) != left_.end()) {
+    return;
+  }
+  left_.push_back(t.worker);
+  // Rounds in progress that the leaver has not pushed can never complete: fail their waiters now.
+  for (auto& [key, ks] : keys_) {
+    if (!ks.initialized || !ks.error.ok() || ks.waiters.empty()) continue;
+    const uint32_t round = ks.completed_round + 1;
+    if (ks.last_round[t.worker] >= round) continue;
+    BYTEPS_LOG(Error, "{}", UnevenEnd(ks, key, ks.waiters.front().worker, round, t.worker).message());
+    for (const Waiter& w : ks.waiters) ReplyFatal(w.conn, key, w.request_id, UnevenEnd(ks, key, w.worker, round, t.worker));
+    ks.waiters.clear();
+  }
 }
 
 void SumEngine::HandleInit(InitTask& t) {
@@ -154,6 +190,15 @@ void SumEngine::HandlePush(PushTask& t) {
     return;
   }
   uint32_t& last = ks.last_round[t.worker];
+  if (t.round > last) {  // a new push: can its round complete?
+    for (int gone : left_) {
+      if (ks.last_round[gone] >= t.round) continue;
+      Status st = UnevenEnd(ks, t.key, t.worker, t.round, gone);
+      BYTEPS_LOG(Error, "{}", st.message());
+      ReplyFatal(t.conn, t.key, t.request_id, st);
+      return;
+    }
+  }
   if (t.round <= last) {
     // A resend: never count it again. Answer it if its round is complete, else re-point the
     // waiter at the connection the resend came on.

@@ -49,9 +49,12 @@ struct InitTask {
   protocol::KeyInit init;
 };
 
-// A worker's data connections went away (process died): nothing to do today but keep the
-// bookkeeping honest for rounds it will never finish.
-struct StopTask {};
+// A worker has shut down (its Leave frame): it pushes nothing more. A round it has not pushed
+// can never complete: whoever waits on one, or pushes one later, gets a job-fatal error naming
+// both workers, the tensor and both rounds, instead of waiting for BYTEPS_TIMEOUT.
+struct LeaveTask {
+  int worker = 0;
+};
 
 class SumEngine {
  public:
@@ -62,6 +65,7 @@ class SumEngine {
 
   void Post(PushTask t);
   void Post(InitTask t);
+  void Post(LeaveTask t);
 
  private:
   struct Waiter {
@@ -82,11 +86,16 @@ class SumEngine {
     std::vector<Waiter> waiters;
     std::shared_ptr<uint8_t> result;   // sum of completed_round
   };
-  using Task = std::variant<PushTask, InitTask, StopTask>;
+  using Task = std::variant<PushTask, InitTask, LeaveTask>;
 
   void Run();
   void HandleInit(InitTask& t);
   void HandlePush(PushTask& t);
+  void HandleLeave(const LeaveTask& t);
+  // The error for `worker` needing `round` of `key`, which `gone` (a worker that left) never pushed.
+  static Status UnevenEnd(const KeyState& ks, uint64_t key, int worker, uint32_t round, int gone);
+  static void ReplyFatal(const std::shared_ptr<transport::Connection>& conn, uint64_t key, uint64_t request_id,
+                         const Status& error);
   void ReplySum(KeyState& ks, uint64_t key, const Waiter& w);
   static void ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
                          uint64_t request_id, const Status& error);
@@ -95,6 +104,7 @@ class SumEngine {
   const int index_;
   const int num_workers_;
   std::unordered_map<uint64_t, KeyState> keys_;  // shard thread only
+  std::vector<int> left_;                         // workers that have left (Leave), shard thread only
 
   std::mutex mu_;
   std::condition_variable cv_;

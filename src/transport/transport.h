@@ -65,6 +65,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int64_t tag = -1;
 };
 
+// A close that refused the peer: bad bytes (ProtocolError) or a setting that differs from this
+// process's, such as BYTEPS_JOB_SECRET or the wire version (InvalidArgument; no retry fixes it).
+// The transport logs these itself where it detects them.
+inline bool IsRefusal(const Status& reason) {
+  return reason.code() == StatusCode::kProtocol || reason.code() == StatusCode::kInvalidArgument;
+}
+
 class Handler {
  public:
   virtual ~Handler() = default;

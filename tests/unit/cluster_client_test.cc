@@ -197,6 +197,58 @@ TEST_F(ClusterClientTest, AConnectionLostDuringRegistrationRegistersAgain) {
   EXPECT_EQ(c.value()->rank(), 0);
 }
 
+// A setting that differs from the job's (no secret here, another wire version: the transport
+// closes with InvalidArgument) fails Join at once, naming the scheduler: no retry can fix it.
+TEST_F(ClusterClientTest, ARefusedSettingFailsJoinAtOnceWithoutRegisteringAgain) {
+  BeginJoin(Options());
+  conn_->Close(InvalidArgument("scheduler requires authentication, but BYTEPS_JOB_SECRET is not set here"));
+  auto c = Await(join_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().ToString();
+  EXPECT_TRUE(Has(c.status().message(), "registration with the scheduler at sched.example:4000 "
+                                        "(DMLC_PS_ROOT_URI/DMLC_PS_ROOT_PORT): scheduler requires authentication, "
+                                        "but BYTEPS_JOB_SECRET is not set here"))
+      << c.status().message();
+  EXPECT_EQ(transport_.NextConnect(std::chrono::milliseconds(200)), nullptr) << "it registered again";
+}
+
+// Bytes that are no byteps frames (ProtocolError) may be a damaged frame: registering again is
+// worth a few tries, not more (another service listening on the scheduler's port never changes).
+TEST_F(ClusterClientTest, ProtocolErrorsDuringRegistrationGiveUpAfterAFewTries) {
+  BeginJoin(Options());
+  conn_->Close(ProtocolError("frame from sched.example:4000: bad magic 0x20485353 (expected 0x31535042)"));
+  for (int attempt = 2; attempt <= 3; ++attempt) {
+    Conn next = transport_.NextConnect();
+    ASSERT_NE(next, nullptr) << "attempt " << attempt << " did not come";
+    ReadRegister(next);
+    next->Close(ProtocolError("frame from sched.example:4000: bad magic 0x20485353 (expected 0x31535042)"));
+  }
+  auto c = Await(join_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kProtocol);
+  EXPECT_TRUE(Has(c.status().message(), "failed 3 times: frame from sched.example:4000: bad magic"))
+      << c.status().message();
+}
+
+// Connections that keep dropping during registration (a reset on the way) register again, but
+// only until the process's own start deadline.
+TEST_F(ClusterClientTest, RegisteringAgainStopsAtTheStartDeadline) {
+  ClientOptions o = Options();
+  o.start_timeout_s = 0.6;
+  BeginJoin(o);
+  conn_->Close(Unavailable("connection reset by peer"));
+  for (Conn next; (next = transport_.NextConnect(std::chrono::milliseconds(1500))) != nullptr;) {
+    ReadRegister(next);
+    next->Close(Unavailable("connection reset by peer"));
+  }
+  auto c = Await(join_);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_TRUE(Has(c.status().message(), "did not complete within BYTEPS_START_TIMEOUT=1 s; the last connection "
+                                        "dropped: connection reset by peer"))
+      << c.status().message();
+}
+
 TEST_F(ClusterClientTest, NodeFailedFailsTheClientThroughTheCallback) {
   Join(Options());
   protocol::NodeFailedNotice notice{Table()[2], "server 0 died: no heartbeat for 16.0 s"};

@@ -79,6 +79,10 @@ TEST(ConfigLoad, RoleIsCaseInsensitive) {
   EXPECT_EQ(MustLoad(With(Dist(), "DMLC_ROLE", "Scheduler")).role, Role::kScheduler);
   EXPECT_EQ(LoadError({{"DMLC_ROLE", "joint"}}),
             "DMLC_ROLE='joint': expected one of worker, server, scheduler");
+  EXPECT_EQ(LoadError({{"DMLC_ROLE", "wroker"}}),
+            "DMLC_ROLE='wroker': expected one of worker, server, scheduler (did you mean worker?)");
+  EXPECT_EQ(LoadError({{"DMLC_ROLE", "Schedular"}}),
+            "DMLC_ROLE='Schedular': expected one of worker, server, scheduler (did you mean scheduler?)");
 }
 
 TEST(ConfigLoad, RoleName) {

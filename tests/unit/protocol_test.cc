@@ -28,7 +28,7 @@ constexpr Opcode kAllOpcodes[] = {
     Opcode::kPushPullReply, Opcode::kError, Opcode::kLocalReady, Opcode::kLocalDone,
     Opcode::kAuthChallenge, Opcode::kAuthResponse, Opcode::kLocalGroup, Opcode::kLocalGo,
     Opcode::kShmHello, Opcode::kShmReady, Opcode::kShmBell,
-    Opcode::kUcxHello, Opcode::kUcxReady};
+    Opcode::kUcxHello, Opcode::kUcxReady, Opcode::kLeave};
 // Bytes EncodeHeader always writes as zero and DecodeHeader ignores (frame.cc: kOffReserved, kOffPad).
 constexpr size_t kIgnoredBytes[] = {7, 18, 19};
 
@@ -98,7 +98,7 @@ TEST(FrameTest, LittleEndianLayoutMatchesHandWrittenBytes) {
   h.arg = 0x41424344;
   const std::vector<uint8_t> expected = {
       'B',  'P',  'S',  '1',                           // magic
-      0x04,                                            // version
+      kWireVersion,                                    // version
       18,                                              // opcode kPushPull
       0x07,                                            // dtype
       0x00,                                            // reserved
@@ -135,10 +135,18 @@ TEST(FrameTest, RejectionsNameTheField) {
 
   bytes = Encode(Header{});
   bytes[4] = 7;
-  ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
-                      "unsupported wire version 7 (this build speaks 4)");
+  EXPECT_TRUE(IsWireVersionMismatch(bytes.data(), kHeaderSize));
+  const Status other = DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status();
+  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument) << other.ToString();  // no retry can fix it
+  EXPECT_NE(other.message().find("unsupported wire version 7 (this build speaks " + std::to_string(kWireVersion) +
+                                 ")"),
+            std::string::npos)
+      << other.ToString();
+  EXPECT_FALSE(IsWireVersionMismatch(bytes.data(), kHeaderSize - 1));
+  bytes[0] = 'X';
+  EXPECT_FALSE(IsWireVersionMismatch(bytes.data(), kHeaderSize));  // not a byteps header at all
 
-  for (int op : {0, 10, 15, 32, 200, 255}) {
+  for (int op : {0, 10, 15, 33, 200, 255}) {
     bytes = Encode(Header{});
     bytes[5] = static_cast<uint8_t>(op);
     ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
@@ -160,7 +168,7 @@ TEST(FrameTest, KnownOpcodesAndNames) {
                                "NodeFailed", "Finish",      "Terminate", "JobError",      "Hello",
                                "InitKey",  "PushPull",      "PushPullReply", "Error", "LocalReady", "LocalDone",
                                "AuthChallenge", "AuthResponse", "LocalGroup", "LocalGo",
-                               "ShmHello", "ShmReady", "ShmBell", "UcxHello", "UcxReady"};
+                               "ShmHello", "ShmReady", "ShmBell", "UcxHello", "UcxReady", "Leave"};
   for (size_t i = 0; i < std::size(kAllOpcodes); ++i) {
     EXPECT_EQ(OpcodeName(kAllOpcodes[i]), names[i]);
     EXPECT_TRUE(IsKnownOpcode(static_cast<uint8_t>(kAllOpcodes[i])));
@@ -371,6 +379,9 @@ TEST(FrameChecksumTest, EveryFlippedBitOfAChecksummedHeaderIsCaught) {
     b[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
     auto d = DecodeHeader(b.data(), b.size(), kNoLimit);
     EXPECT_FALSE(d.ok()) << "bit " << bit << " flipped and the header still decoded";
+    // Damage past the magic is damage (worth a new connection), even in the version byte: never
+    // "another release" (InvalidArgument, which ends registration at once).
+    if (bit >= 32 && !d.ok()) EXPECT_EQ(d.status().code(), StatusCode::kProtocol) << "bit " << bit << ": " << d.status().ToString();
   }
   // Without the flag the checksum field is not checked (and EncodeHeader leaves it zero).
   h.flags = 0;

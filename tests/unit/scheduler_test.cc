@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -164,27 +165,69 @@ TEST_F(SchedulerTest, RefusesAnExtraNodeBeforeAndAfterTheRendezvous) {
   EXPECT_TRUE(Has(late.error, "already has all 2 workers and 1 servers")) << late.error;
 }
 
-TEST_F(SchedulerTest, RefusesDuplicateRanksWrongSizesAndUnknownRoles) {
+// A node whose settings contradict the job's is refused, and since the job as configured can
+// never form, every node already registered hears why at once (JobError, then Terminate(1)),
+// not at the start deadline; a node arriving afterwards is told the job has ended, and why.
+TEST_F(SchedulerTest, AContradictingNodeEndsTheJobAtOnceNamingWhy) {
+  struct Case {
+    const char* what;
+    std::function<RegisterRequest()> request;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"duplicate rank", [this] { return Request("worker", 1, 102); },
+       {"worker rank 1 is already taken by pid 101", "pid 102", "duplicate DMLC_WORKER_ID"}},
+      {"rank out of range", [this] { return Request("worker", 2, 103); },
+       {"asked for rank 2, out of range for a job of 2 workers", "DMLC_NUM_WORKER"}},
+      {"another job size", [this] {
+         RegisterRequest r = Request("server", -1, 201);
+         r.num_workers = 3;
+         return r;
+       },
+       {"DMLC_NUM_WORKER=3", "started with 2 and 1", "pid 201"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    scheduler_.reset();
+    Start(2, 1);
+    Conn holder = Register("worker", 1, 101);
+    Conn server = Register("server", -1, 200);
+    RegisterReply refused = Reply(Register(c.request()));
+    for (const auto& part : c.says) EXPECT_TRUE(Has(refused.error, part)) << refused.error;
+    for (const Conn& member : {holder, server}) {
+      SentFrame e = Expect(member, Opcode::kJobError);
+      EXPECT_EQ(protocol::StatusCodeFromWire(e.header.arg), StatusCode::kInvalidArgument);
+      EXPECT_TRUE(Has(e.payload, "the job cannot start: " + refused.error)) << e.payload;
+      EXPECT_EQ(Expect(member, Opcode::kTerminate).header.arg, 1u);
+    }
+    EXPECT_EQ(scheduler_->Wait().code(), StatusCode::kInvalidArgument);
+    EXPECT_FALSE(scheduler_->rendezvous_done());
+    RegisterReply late = Reply(Register("worker", 0, 104));
+    EXPECT_TRUE(Has(late.error, "the job has already ended: the job cannot start")) << late.error;
+  }
+}
+
+// What does not make the job impossible is refused alone: an unknown role, bytes that are no
+// registration, one node more than the job has (the job may still form without it), and any
+// stray node once the job runs.
+TEST_F(SchedulerTest, RefusalsThatLeaveTheJobPossibleEndNothing) {
   Start(2, 1);
-  Register("worker", 1, 101);
-  RegisterReply dup = Reply(Register("worker", 1, 102));
-  EXPECT_TRUE(Has(dup.error, "rank 1 is already taken by pid 101")) << dup.error;
-
-  RegisterReply range = Reply(Register("worker", 2, 103));
-  EXPECT_TRUE(Has(range.error, "out of range")) << range.error;
-
-  RegisterRequest wrong = Request("server", -1, 201);
-  wrong.num_workers = 3;
-  RegisterReply size = Reply(Register(wrong));
-  EXPECT_TRUE(Has(size.error, "DMLC_NUM_WORKER=3")) << size.error;
-  EXPECT_TRUE(Has(size.error, "started with 2 and 1")) << size.error;
-
+  Conn w0 = Register("worker", -1, 101);
   RegisterReply role = Reply(Register("observer", -1, 301));
   EXPECT_TRUE(Has(role.error, "unknown role 'observer'")) << role.error;
-
   Conn garbage = transport_->Accept("garbage");
   ASSERT_TRUE(garbage->Deliver(Hdr(Opcode::kRegister), "{not json").ok());
   EXPECT_FALSE(Reply(garbage).error.empty());
+  Register("worker", -1, 102);
+  EXPECT_TRUE(Has(Reply(Register("worker", -1, 103)).error, "one too many"));
+  EXPECT_TRUE(w0->TakeSent().empty()) << "the job was failed by a refusal that leaves it possible";
+  Conn s0 = Register("server", -1, 201);
+  EXPECT_EQ(Reply(w0).error, "");  // the rendezvous completes
+  RegisterRequest wrong = Request("worker", 1, 104);
+  wrong.num_workers = 5;
+  EXPECT_TRUE(Has(Reply(Register(wrong)).error, "DMLC_NUM_WORKER=5"));
+  EXPECT_TRUE(w0->TakeSent().empty()) << "a stray node failed a running job";
+  EXPECT_TRUE(scheduler_->rendezvous_done());
 }
 
 // A node whose registration is sent again on a new connection before the scheduler saw the old

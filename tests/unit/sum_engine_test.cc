@@ -303,5 +303,72 @@ TEST_F(SumEngineTest, APayloadThatCouldNotBeReceivedFailsThatPushNamingTheTensor
             Bytes(testing::Encode(DataType::kFloat32, {2, 2, 2, 2})));
 }
 
+// Uneven ends: once a worker has left (Leave), a round it never pushed can never complete. Whoever
+// waits on one is answered at once, and so is whoever pushes one later, with a job-fatal error
+// naming both workers, the tensor and both rounds; rounds the leaver did push still complete.
+TEST_F(SumEngineTest, ARoundThatNeedsAWorkerThatLeftFailsAtOnceNamingBoth) {
+  Start(3);
+  Init(5, DataType::kFloat32, 2, "layer1.weight");
+  Init(6, DataType::kFloat32, 2, "layer2.bias");
+  const auto ones = testing::Encode(DataType::kFloat32, {1, 1});
+  for (uint32_t round = 1; round <= 2; ++round)
+    for (int w = 0; w < 3; ++w) Push(5, round, w, ones, DataType::kFloat32);
+  for (int w = 0; w < 3; ++w)
+    for (int r = 0; r < 2; ++r) Next(conns_[w], Opcode::kPushPullReply);
+  // Key 6: worker 0 and worker 2 push round 1; worker 1 is at round 1 too but is slow.
+  Push(6, 1, 0, ones, DataType::kFloat32);
+  Push(6, 1, 1, ones, DataType::kFloat32);
+  // Worker 2 leaves after round 2 of key 5, without ever pushing key 6.
+  engine_->Post(LeaveTask{2});
+  for (int w : {0, 1}) {
+    SentFrame f = Next(conns_[w], Opcode::kError);
+    EXPECT_TRUE(f.header.flags & protocol::kFlagJobFatal) << "not marked fatal to the job";
+    EXPECT_EQ(f.header.request_id, 1000u + w);
+    Status st = protocol::StatusFromErrorFrame(f.header, f.payload);
+    EXPECT_TRUE(Has(st.message(), "tensor 'layer2.bias' (key 6): worker " + std::to_string(w) +
+                                      " needs round 1, but worker 2 has shut down without pushing it once"))
+        << st.message();
+    EXPECT_TRUE(Has(st.message(), "join()")) << st.message();
+  }
+  // A later push of key 5's round 3 fails at once too, naming the leaver's last round.
+  Push(5, 3, 1, ones, DataType::kFloat32, 77);
+  SentFrame f = Next(conns_[1], Opcode::kError);
+  EXPECT_TRUE(f.header.flags & protocol::kFlagJobFatal);
+  EXPECT_EQ(f.header.request_id, 77u);
+  EXPECT_TRUE(Has(f.payload, "tensor 'layer1.weight' (key 5): worker 1 needs round 3, but worker 2 has shut down "
+                             "after round 2 of it, so the round can never complete"))
+      << f.payload;
+  // A second Leave of the same worker changes nothing; a duplicate push of a completed round
+  // still gets its sum (the leaver had pushed that round).
+  engine_->Post(LeaveTask{2});
+  Push(5, 2, 0, ones, DataType::kFloat32, 88);
+  SentFrame again = Next(conns_[0], Opcode::kPushPullReply);
+  EXPECT_EQ(again.header.request_id, 88u);
+  EXPECT_EQ(again.payload, Bytes(testing::Encode(DataType::kFloat32, {3, 3})));
+}
+
+// Only a round the leaver did not push is doomed: with every worker at the same round when one
+// leaves, nothing fails, and errors other than this one are never marked fatal to the job.
+TEST_F(SumEngineTest, ALeaveAfterAnEvenEndFailsNothing) {
+  Start(2);
+  Init(7, DataType::kFloat32, 1);
+  for (int w = 0; w < 2; ++w) Push(7, 1, w, testing::Encode(DataType::kFloat32, {2}), DataType::kFloat32);
+  for (int w = 0; w < 2; ++w) Next(conns_[w], Opcode::kPushPullReply);
+  engine_->Post(LeaveTask{0});
+  engine_->Post(LeaveTask{1});
+  Drain();
+  for (int w = 0; w < 2; ++w) EXPECT_TRUE(conns_[w]->TakeSent().empty());
+  Push(7, 2, 0, testing::Encode(DataType::kFloat32, {2}), DataType::kFloat32);  // after both left: doomed
+  SentFrame f = Next(conns_[0], Opcode::kError);
+  EXPECT_TRUE(f.header.flags & protocol::kFlagJobFatal) << f.payload;
+  engine_.reset();
+  conns_.clear();
+  Start(2);
+  Init(8, DataType::kFloat32, 1);
+  Push(8, 2, 0, testing::Encode(DataType::kFloat32, {2}), DataType::kFloat32);  // wrong round, nobody left
+  SentFrame wrong = Next(conns_[0], Opcode::kError);
+  EXPECT_FALSE(wrong.header.flags & protocol::kFlagJobFatal) << wrong.payload;
+}
+
 }  // namespace
 }  // namespace byteps::server

@@ -630,7 +630,8 @@ TEST(TransportAuthTest, MissingSecretOnEitherSideIsNamed) {
     ASSERT_TRUE(conn.ok());  // without a secret nothing is awaited...
     (void)conn.value()->SendCopy(Hdr(1, 0), "x");
     ASSERT_TRUE(plain.handler.WaitCloses(1));  // ...but the server's challenge is refused here
-    ExpectError(plain.handler.closes()[0], StatusCode::kProtocol, "BYTEPS_JOB_SECRET is not set here");
+    // A setting that differs, which no retry fixes: InvalidArgument, not a damaged frame's ProtocolError.
+    ExpectError(plain.handler.closes()[0], StatusCode::kInvalidArgument, "BYTEPS_JOB_SECRET is not set here");
     ASSERT_TRUE(server.handler.WaitCloses(1));
     EXPECT_TRUE(server.handler.frames().empty());
   }
@@ -640,7 +641,43 @@ TEST(TransportAuthTest, MissingSecretOnEitherSideIsNamed) {
     ASSERT_FALSE(conn.ok());
     EXPECT_NE(conn.status().message().find("authentication with"), std::string::npos) << conn.status().ToString();
     ASSERT_TRUE(server.handler.WaitCloses(1));
-    ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "requires authentication");
+    ExpectError(server.handler.closes()[0], StatusCode::kInvalidArgument, "requires authentication");
+  }
+}
+
+// A peer of another byteps release: the acceptor answers with one header of its own version
+// before it hangs up, so the peer fails at once naming both versions instead of reconnecting.
+TEST(TransportVersionTest, AnAcceptedPeerOfAnotherWireVersionIsToldOurs) {
+  for (bool secure : {false, true}) {
+    SCOPED_TRACE(secure ? "with a job secret" : "without a secret");
+    Endpoint server(secure ? Secure("s") : TransportOptions{});
+    RawSocket peer;
+    ASSERT_TRUE(peer.Connect(server.port));
+    std::vector<uint8_t> old(protocol::kHeaderSize);
+    protocol::EncodeHeader(Hdr(1, 0, Opcode::kRegister), old.data());
+    old[4] = protocol::kWireVersion - 1;  // what an older release sends
+    ASSERT_EQ(::send(peer.fd, old.data(), old.size(), MSG_NOSIGNAL), static_cast<ssize_t>(old.size()));
+    // Everything the server sent (a challenge first when it has a secret), up to its hang-up.
+    std::vector<uint8_t> got;
+    for (auto deadline = Clock::now() + kWait; Clock::now() < deadline;) {
+      pollfd p{peer.fd, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      uint8_t buf[512];
+      ssize_t n = ::recv(peer.fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      got.insert(got.end(), buf, buf + n);
+    }
+    ASSERT_GE(got.size(), protocol::kHeaderSize);
+    const uint8_t* last = got.data() + got.size() - protocol::kHeaderSize;  // the answer is the last frame
+    EXPECT_EQ(last[4], protocol::kWireVersion);
+    auto h = protocol::DecodeHeader(last, protocol::kHeaderSize, UINT64_MAX);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    EXPECT_EQ(h->opcode, Opcode::kError);
+    EXPECT_EQ(h->payload_len, 0u);
+    ASSERT_TRUE(server.handler.WaitCloses(1));
+    ExpectError(server.handler.closes()[0], StatusCode::kInvalidArgument,
+                "unsupported wire version " + std::to_string(protocol::kWireVersion - 1));
+    EXPECT_TRUE(server.handler.frames().empty());
   }
 }
 
@@ -701,16 +738,23 @@ TEST(TransportAuthTest, SecondChallengeIsNamedAsSuch) {
 }
 
 TEST(TransportAuthTest, FrameBeforeAuthenticationIsRefusedWithoutAllocating) {
-  Endpoint server(Secure("s"));
-  RawSocket raw;
-  ASSERT_TRUE(raw.Connect(server.port));
-  uint8_t h[kHeaderSizeForTest];
-  protocol::EncodeHeader(Hdr(1, 1ull << 40), h);  // a PushPull announcing a terabyte
-  ASSERT_EQ(::send(raw.fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
-  ASSERT_TRUE(server.handler.WaitCloses(1));
-  // Refused on its size before anything else (the pre-authentication limit is 64 bytes).
-  ExpectError(server.handler.closes()[0], StatusCode::kProtocol, "before the connection is authenticated (at most 64 bytes");
-  EXPECT_TRUE(raw.WaitPeerClosed());
+  // A frame of the layers above is refused on its kind (the peer has no secret, or another);
+  // a handshake frame on its size (the pre-authentication limit is 64 bytes). Both before
+  // anything is allocated for the terabyte each announces.
+  for (Opcode op : {Opcode::kPushPull, Opcode::kAuthChallenge}) {
+    SCOPED_TRACE(protocol::OpcodeName(op));
+    Endpoint server(Secure("s"));
+    RawSocket raw;
+    ASSERT_TRUE(raw.Connect(server.port));
+    uint8_t h[kHeaderSizeForTest];
+    protocol::EncodeHeader(Hdr(1, 1ull << 40, op), h);
+    ASSERT_EQ(::send(raw.fd, h, sizeof(h), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(h)));
+    ASSERT_TRUE(server.handler.WaitCloses(1));
+    ExpectError(server.handler.closes()[0], StatusCode::kProtocol,
+                op == Opcode::kPushPull ? "sent PushPull before authenticating: it has no BYTEPS_JOB_SECRET"
+                                        : "before the connection is authenticated (at most 64 bytes");
+    EXPECT_TRUE(raw.WaitPeerClosed());
+  }
 }
 
 TEST(TransportAuthTest, SilentPeersAreDroppedAfterTheAuthTimeout) {

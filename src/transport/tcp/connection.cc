@@ -274,7 +274,10 @@ Status TcpConnection::ParseStaged() {
       if (avail < protocol::kHeaderSize) break;
       const bool authenticated = authenticated_.load();
       auto h = protocol::DecodeHeader(at, avail, authenticated ? options_.max_payload : UINT64_MAX);
-      if (!h.ok()) return h.status().WithContext(fmt::format("frame from {}", peer_name()));
+      if (!h.ok()) {
+        if (options_.accepted && protocol::IsWireVersionMismatch(at, avail)) AnswerOtherVersion();
+        return h.status().WithContext(fmt::format("frame from {}", peer_name()));
+      }
       BYTEPS_RETURN_IF_ERROR(CheckSizeBeforeAuth(h.value()));  // checked before anything is allocated
       cur_ = h.value();
       stage_begin_ += protocol::kHeaderSize;
@@ -291,6 +294,17 @@ Status TcpConnection::ParseStaged() {
   }
   if (stage_begin_ == stage_end_) stage_begin_ = stage_end_ = 0;
   return Status::Ok();
+}
+
+void TcpConnection::AnswerOtherVersion() {
+  // One header of our own version, so that the peer fails at once naming both versions (its
+  // decoder checks the version first) instead of reconnecting to a peer that hung up silently.
+  // Written straight to the socket: the connection closes right after.
+  protocol::Header h;
+  h.opcode = protocol::Opcode::kError;
+  uint8_t bytes[protocol::kHeaderSize];
+  protocol::EncodeHeader(h, bytes);
+  (void)::send(fd_, bytes, sizeof(bytes), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 Status TcpConnection::OnFrameHeader() {
@@ -359,7 +373,7 @@ void TcpConnection::CloseOnLoop(const Status& reason) {
   }
   auth_cv_.notify_all();
   // The one place a refused peer is logged (handlers need not): unauthenticated, or bad bytes.
-  if (options_.accepted && (!authenticated_.load() || reason.code() == StatusCode::kProtocol)) {
+  if (options_.accepted && (!authenticated_.load() || IsRefusal(reason))) {
     BYTEPS_LOG(Warning, "refused connection from {}: {}", peer_name(), reason.message());
   }
   // Keep ourselves alive: Remove drops the loop's reference.

@@ -80,6 +80,7 @@ class TcpConnection : public Connection {
   Status HandleReadable();
   Status ParseStaged();
   Status OnFrameHeader();       // cur_ decoded: choose where its payload goes
+  void AnswerOtherVersion();    // an accepted peer speaks another wire version: tell it ours
   Status PayloadComplete();     // all of cur_'s payload is in: verify the trailer or deliver
   Status DeliverFrame();
   // Authentication (connection_auth.cc): our challenge, what may arrive before the peer proved

@@ -49,7 +49,7 @@ Status TcpConnection::WaitAuthenticated(double timeout_s) {
     std::lock_guard<std::mutex> send_lock(send_mu_);
     reason = close_reason_;
   }
-  if (reason.code() == StatusCode::kProtocol) return reason;  // says what was wrong itself
+  if (IsRefusal(reason)) return reason;  // says what was wrong itself
   // A peer that rejects our proof hangs up right after it arrives; a close before our proof went
   // out is the network's doing.
   return Status(reason.code(), reason.message() + (peer_challenged_.load()
@@ -60,7 +60,10 @@ Status TcpConnection::WaitAuthenticated(double timeout_s) {
 }
 
 Status TcpConnection::CheckSizeBeforeAuth(const protocol::Header& h) const {
-  if (authenticated_.load() || h.payload_len <= kPreAuthMaxPayload) return Status::Ok();
+  if (authenticated_.load()) return Status::Ok();
+  // A frame of the layers above before the handshake says more than its size does.
+  if (!options_.secret.empty() && !IsAuthOpcode(h.opcode)) return CheckBeforeAuth(h);
+  if (h.payload_len <= kPreAuthMaxPayload) return Status::Ok();
   return ProtocolError(fmt::format("frame from {}: {} with a payload of {} bytes before the connection is "
                                    "authenticated (at most {} bytes are accepted before that)",
                                    peer_name(), protocol::OpcodeName(h.opcode), h.payload_len, kPreAuthMaxPayload));
@@ -70,9 +73,11 @@ Status TcpConnection::CheckBeforeAuth(const protocol::Header& h) const {
   const bool auth_frame = IsAuthOpcode(h.opcode);
   if (options_.secret.empty()) {
     // Only reached for authentication frames: the peer has a secret, we do not.
-    return ProtocolError(fmt::format("{} requires authentication, but BYTEPS_JOB_SECRET is not set here (give "
-                                     "every process of the job the same secret)",
-                                     peer_name()));
+    // A setting that differs from the job's: no retry can fix it (InvalidArgument, not a
+    // ProtocolError, which a damaged frame also raises).
+    return InvalidArgument(fmt::format("{} requires authentication, but BYTEPS_JOB_SECRET is not set here (give "
+                                       "every process of the job the same secret)",
+                                       peer_name()));
   }
   if (!auth_frame) {
     return ProtocolError(fmt::format("{} sent {} before authenticating: it has no BYTEPS_JOB_SECRET or a "

@@ -96,6 +96,8 @@ class TcpTransport : public Transport {
           adopted.value()->Close(st);
         }
         last = st.WithContext(fmt::format("authentication with {} failed", what));
+        // A setting that differs (no secret here, another wire version): no retry can fix it.
+        if (st.code() == StatusCode::kInvalidArgument) return last;
         if (st.code() == StatusCode::kProtocol && telling.ok()) telling = last;
         // A frame damaged or a connection reset during the handshake is worth another try; a
         // wrong secret fails every time, so it is reported after a few quick attempts.

@@ -25,7 +25,7 @@ FLAG_CHECKSUM = int(re.search(r'kFlagChecksum\s*=\s*(0x[0-9a-fA-F]+|\d+)', _FRAM
 MAGIC = 0x31535042
 OP = dict(Register=1, RegisterReply=2, Barrier=3, BarrierRelease=4, Heartbeat=5, NodeFailed=6,
           Finish=7, Terminate=8, JobError=9, Hello=16, InitKey=17, PushPull=18, PushPullReply=19,
-          Error=20, LocalReady=21, LocalDone=22, AuthChallenge=23, AuthResponse=24)
+          Error=20, LocalReady=21, LocalDone=22, AuthChallenge=23, AuthResponse=24, Leave=32)
 # dtype code -> (element size, struct format of one element)
 DTYPE = {0: (4, 'f'), 1: (8, 'd'), 2: (2, 'e'), 3: (1, 'B'), 4: (4, 'i'), 5: (1, 'b'), 6: (8, 'q'),
          7: (2, 'H')}
@@ -152,6 +152,13 @@ def server_seeds():
     s['one_worker'] = (config(1) + hellos(1) + declare(1, key, 'b', 12, 4) +
                        b''.join(push_round(1, key, r, 4, 12) for r in (1, 2, 3)))
     s['empty_tensor'] = config(2) + hellos(2) + declare(2, key, 'empty', 0, 0) + push_round(2, key, 1, 0, 0)
+    # Uneven ends: worker 0 leaves after round 1; worker 1's round 2 (waiting, then a new one) fails.
+    body = hellos(2) + declare(2, key, 'w', 16, 0) + push_round(2, key, 1, 0, 16, flush=True)
+    body += rec(1, 'PushPull', values(0, 4, 2), sender=1, rnd=2, key=key, req=7)
+    body += rec(0, 'Leave', sender=0, flush=True)
+    body += rec(1, 'PushPull', values(0, 4, 3), sender=1, rnd=3, key=key, req=8)
+    body += rec(0, 'Leave', sender=0)
+    s['uneven_end'] = config(2) + body
     return s
 
 

@@ -109,7 +109,7 @@ def ps_time(nbytes: float, n: int, k: int, goodput: float, placement: str = SEPA
 
 
 def split_partitions(nbytes: int, partition_bytes: int, elem_size: int = 4) -> list[int]:
-    """Partition lengths as the core's Partitioner makes them (src/worker/partitioner.cc):
+    """Partition lengths as the core's Partitioner makes them (src/worker/planning/partitioner.cc):
     ceil(M / P) equal partitions in whole elements, the last one takes the remainder."""
     if nbytes <= 0:
         return [0]

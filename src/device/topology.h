@@ -1,7 +1,7 @@
 // Where a host's GPUs sit: which PCIe switch each is under, and its NUMA node, read from hwloc
 // (Debian's libhwloc; BYTEPS_HAVE_HWLOC) where the build found it. The worker groups its local
-// processes by switch from it when BYTEPS_PCIE_SWITCH_SIZE is not set (local_circles.h), and
-// places staging memory on a GPU's node (numa.h).
+// processes by switch from it when BYTEPS_PCIE_SWITCH_SIZE is not set
+// (worker/local_reduce/local_circles.h), and places staging memory on a GPU's node (numa.h).
 // Threading: pure functions, and hwloc reads (one at a time) that build their own topology per call.
 #pragma once
 

@@ -7,15 +7,15 @@
 
 #include "cluster/cluster_config.h"
 #include "common/logging.h"
-#include "transport/transport_config.h"
-#include "worker/dispatch_loop.h"
-#include "worker/handle_table.h"
-#include "worker/job_files.h"
-#include "worker/key_assigner.h"
 #include "device/topology.h"
-#include "worker/local_circles.h"
+#include "transport/transport_config.h"
+#include "worker/job_files.h"
+#include "worker/local_reduce/local_circles.h"
+#include "worker/pipeline/dispatch_loop.h"
+#include "worker/pipeline/handle_table.h"
 #include "worker/pipeline_set.h"
-#include "worker/server_links.h"
+#include "worker/planning/key_assigner.h"
+#include "worker/server_links/server_links.h"
 #include "worker/stages/push_pull_stage.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/startup_agreement.h"
@@ -25,9 +25,9 @@ namespace byteps::worker {
 
 Engine::Engine(const config::Config& config)
     : config_(config),
-      handles_(std::make_unique<HandleTable>()),
+      handles_(std::make_unique<pipeline::HandleTable>()),
       telemetry_(config.telemetry_on, config.telemetry_window_s),
-      assigner_(std::make_unique<KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)),
+      assigner_(std::make_unique<planning::KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)),
       credit_bytes_(static_cast<size_t>(config.scheduling_credit) * config.partition_bytes) {}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
@@ -53,7 +53,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
 }
 
 Status Engine::StartLocal() {
-  LocalOptions lo;
+  local_reduce::LocalOptions lo;
   lo.local_rank = config_.local_rank;
   lo.local_size = config_.local_size;
   lo.job = JobToken(config_);
@@ -61,18 +61,19 @@ Status Engine::StartLocal() {
   lo.start_timeout_s = config_.start_timeout_s;
   lo.transport = transport::TransportOptionsFor(config_, "bps-local");
   std::string warning;
-  const SwitchLayout layout = LayoutSwitches(config_.local_rank, config_.local_size, config_.pcie_switch_size,
-                                             config_.pcie_switch_size > 0 ? 0
-                                             : device::DetectedSwitchSize(!config_.cuda_visible_devices.empty()
-                                                                              ? config_.cuda_visible_devices
-                                                                              : config_.nvidia_visible_devices),
-                                             &warning);
+  const local_reduce::SwitchLayout layout = local_reduce::LayoutSwitches(
+      config_.local_rank, config_.local_size, config_.pcie_switch_size,
+      config_.pcie_switch_size > 0
+          ? 0
+          : device::DetectedSwitchSize(!config_.cuda_visible_devices.empty() ? config_.cuda_visible_devices
+                                                                             : config_.nvidia_visible_devices),
+      &warning);
   if (!warning.empty() && config_.local_rank == config_.local_size - 1) BYTEPS_LOG(Warning, "{}", warning);
   if (layout.cross() && config_.local_rank == config_.local_size - 1) {
     BYTEPS_LOG(Info, "{} PCIe switches of {} processes: device tensors reduce per switch, then across switches on "
                "the CPU", layout.switches, layout.switch_size);
   }
-  auto local = LocalCircles::Start(lo, layout, [this](const Status& st) { FailAll(st); });
+  auto local = local_reduce::LocalCircles::Start(lo, layout, [this](const Status& st) { FailAll(st); });
   if (!local.ok()) return local.status();
   std::lock_guard<std::mutex> lock(mu_);
   local_ = std::move(local.value());
@@ -95,26 +96,26 @@ Status Engine::Connect() {
   rank_ = host_rank_ * config_.local_size + config_.local_rank;
   log::SetIdentity(fmt::format("worker:{}", host_rank_));
 
-  LinkOptions lo;
+  server_links::LinkOptions lo;
   lo.connections_per_server = config_.connections_per_peer;
   lo.connect_timeout_s = config_.start_timeout_s;
   lo.reconnect_timeout_s = config_.reconnect_timeout_s;
   lo.host_rank = host_rank_;
-  auto links = std::make_unique<ServerLinks>(transport_.get(), cluster_->servers(), lo,
-                                             [this](const Status& st) { FailAll(st); });
+  auto links = std::make_unique<server_links::ServerLinks>(transport_.get(), cluster_->servers(), lo,
+                                                           [this](const Status& st) { FailAll(st); });
   std::lock_guard<std::mutex> lock(mu_);
   links_ = std::move(links);
   return Status::Ok();
 }
 
 void Engine::StartPipeline() {
-  Dispatcher::Options d;
+  pipeline::Dispatcher::Options d;
   d.credit_bytes = credit_bytes();
-  auto loop = std::make_unique<DispatchLoop>(
-      d, [this](PartitionTask* t, const Status& st) {
+  auto loop = std::make_unique<pipeline::DispatchLoop>(
+      d, [this](pipeline::PartitionTask* t, const Status& st) {
         // A user push_pull that succeeded counts for get_pushpull_speed once it completes, before
         // its waiter wakes (a caller reading the speed right after sees it).
-        handles_->PartDone(*t->op, t->part, st, [this](const Operation& op) {
+        handles_->PartDone(*t->op, t->part, st, [this](const pipeline::Operation& op) {
           if (op.status.ok() && op.request.name.rfind(tuning::kInternalTuningPrefix, 0) != 0) {
             telemetry_.Add(op.request.bytes);
           }
@@ -161,7 +162,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   const bool internal = r.name.rfind(tuning::kInternalTuningPrefix, 0) == 0;
   std::unique_lock<std::mutex> serial(tune_mu_, std::defer_lock);
   if (!internal && tuning_.load(std::memory_order_acquire)) serial.lock();
-  std::shared_ptr<Operation> op;
+  std::shared_ptr<pipeline::Operation> op;
   std::optional<size_t> credit;
   {
     std::unique_lock<std::mutex> lock(plan_mu_);
@@ -175,8 +176,8 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
         lock.lock();
       }
     }
-    BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
-    op = MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
+    BYTEPS_ASSIGN_OR_RETURN(const planning::TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
+    op = pipeline::MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
   }
   BYTEPS_RETURN_IF_ERROR(op->pipeline->Admit(*op).WithContext(fmt::format("push_pull of '{}'", r.name)));
   // Submissions are applied in order and a new credit before them: it starts with this operation.

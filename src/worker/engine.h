@@ -36,12 +36,20 @@ class Transport;
 
 namespace byteps::worker {
 
+class PipelineSet;
+namespace local_reduce {
+class LocalCircles;
+}
+namespace pipeline {
 class DispatchLoop;
 class HandleTable;
+}
+namespace planning {
 class KeyAssigner;
-class LocalCircles;
-class PipelineSet;
+}
+namespace server_links {
 class ServerLinks;
+}
 namespace tuning {
 class OnlineTuner;
 struct StartupOutcome;
@@ -122,20 +130,20 @@ class Engine {
   std::unique_ptr<transport::Transport> transport_;          // data: to the servers
   std::unique_ptr<transport::Transport> control_transport_;  // TCP: to the scheduler
   std::unique_ptr<cluster::ClusterClient> cluster_;
-  std::unique_ptr<LocalCircles> local_;  // BYTEPS_LOCAL_SIZE > 1
-  std::unique_ptr<ServerLinks> links_;   // when this process talks to the servers
-  std::unique_ptr<HandleTable> handles_;
+  std::unique_ptr<local_reduce::LocalCircles> local_;  // BYTEPS_LOCAL_SIZE > 1
+  std::unique_ptr<server_links::ServerLinks> links_;   // when this process talks to the servers
+  std::unique_ptr<pipeline::HandleTable> handles_;
   SpeedTelemetry telemetry_;
-  std::unique_ptr<DispatchLoop> loop_;
+  std::unique_ptr<pipeline::DispatchLoop> loop_;
   std::unique_ptr<PipelineSet> pipelines_;
 
   mutable std::mutex plan_mu_;
-  std::unique_ptr<KeyAssigner> assigner_;        // guarded by plan_mu_
-  uint64_t next_task_ = 1;                       // guarded by plan_mu_
-  std::unique_ptr<tuning::OnlineTuner> online_;  // guarded by plan_mu_; null once settled
-  bool online_partition_ = false;                // guarded by plan_mu_: online_ tunes the partition
-  std::vector<size_t> partition_candidates_;     // generation g uses [g]
-  std::vector<size_t> partition_credits_;        // the credit with each
+  std::unique_ptr<planning::KeyAssigner> assigner_;  // guarded by plan_mu_
+  uint64_t next_task_ = 1;                           // guarded by plan_mu_
+  std::unique_ptr<tuning::OnlineTuner> online_;      // guarded by plan_mu_; null once settled
+  bool online_partition_ = false;                    // guarded by plan_mu_: online_ tunes the partition
+  std::vector<size_t> partition_candidates_;         // generation g uses [g]
+  std::vector<size_t> partition_credits_;            // the credit with each
   // While online tuning runs, user push_pulls take tune_mu_ for their whole Enqueue, so that the
   // agreement at the end of the partition phase (which drops plan_mu_ to run its own push_pull)
   // sees no other user push_pull overtake it.

@@ -12,11 +12,11 @@
 
 #include "cluster/cluster_client.h"
 #include "common/logging.h"
-#include "worker/dispatch_loop.h"
 #include "worker/engine.h"
 #include "worker/job_files.h"
-#include "worker/key_assigner.h"
-#include "worker/server_links.h"
+#include "worker/pipeline/dispatch_loop.h"
+#include "worker/planning/key_assigner.h"
+#include "worker/server_links/server_links.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/startup_agreement.h"
 
@@ -29,7 +29,7 @@ namespace {
 
 class EngineCollective : public tuning::Collective {
  public:
-  EngineCollective(Engine* engine, std::mutex* plan_mu, KeyAssigner* assigner)
+  EngineCollective(Engine* engine, std::mutex* plan_mu, planning::KeyAssigner* assigner)
       : engine_(engine), plan_mu_(plan_mu), assigner_(assigner) {}
 
   Status PushPull(const std::string& name, void* data, size_t bytes, DataType dtype) override {
@@ -53,7 +53,7 @@ class EngineCollective : public tuning::Collective {
  private:
   Engine* engine_;
   std::mutex* plan_mu_;
-  KeyAssigner* assigner_;
+  planning::KeyAssigner* assigner_;
 };
 
 // The most one connection moves per round trip: the socket buffer byteps sets

@@ -14,38 +14,39 @@
 namespace byteps::worker {
 
 PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<stages::DeviceStaging>()) {
-  auto add = [&](std::unique_ptr<Stage> s) {
-    Stage* raw = s.get();
+  auto add = [&](std::unique_ptr<pipeline::Stage> s) {
+    pipeline::Stage* raw = s.get();
     c.loop->AddStage(raw);
     stages_.push_back(std::move(s));
     return raw;
   };
-  LocalReducer* all = c.local ? c.local->all() : nullptr;
+  local_reduce::LocalReducer* all = c.local ? c.local->all() : nullptr;
   const bool root = all == nullptr || all->is_root();
-  Stage* local_reduce = all ? add(std::make_unique<stages::LocalReduceStage>(c.loop, all)) : nullptr;
-  Stage* network = nullptr;
+  pipeline::Stage* local_reduce = all ? add(std::make_unique<stages::LocalReduceStage>(c.loop, all)) : nullptr;
+  pipeline::Stage* network = nullptr;
   if (root && c.plane != nullptr) {
     auto pp = std::make_unique<stages::PushPullStage>(c.loop, c.plane, c.host_rank, c.size);
     push_pull_ = pp.get();
     network = add(std::move(pp));
   }
-  Stage* average = root && !network && all ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
-  Stage* local_broadcast = all ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, all)) : nullptr;
-  Stage* copy_out = !all && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
-  Stage* device_in = add(std::make_unique<stages::DeviceCopyInStage>(c.loop, staging_.get()));
-  Stage* device_out = add(std::make_unique<stages::DeviceCopyOutStage>(c.loop, staging_.get()));
+  pipeline::Stage* average =
+      root && !network && all ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
+  pipeline::Stage* local_broadcast = all ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, all)) : nullptr;
+  pipeline::Stage* copy_out = !all && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
+  pipeline::Stage* device_in = add(std::make_unique<stages::DeviceCopyInStage>(c.loop, staging_.get()));
+  pipeline::Stage* device_out = add(std::make_unique<stages::DeviceCopyOutStage>(c.loop, staging_.get()));
   if (c.local) {
-    LocalReducer* sw = c.local->pcie_switch();
-    LocalReducer* cross = c.local->cross();
+    local_reduce::LocalReducer* sw = c.local->pcie_switch();
+    local_reduce::LocalReducer* cross = c.local->cross();
     groups_ = std::make_unique<stages::DeviceGroups>(sw, staging_.get(), c.start_timeout_s);
-    Stage* group_reduce = add(std::make_unique<stages::GroupReduceStage>(c.loop, groups_.get()));
-    Stage* group_bcast = add(std::make_unique<stages::GroupBroadcastStage>(c.loop, groups_.get()));
-    Stage* cross_reduce =
+    pipeline::Stage* group_reduce = add(std::make_unique<stages::GroupReduceStage>(c.loop, groups_.get()));
+    pipeline::Stage* group_bcast = add(std::make_unique<stages::GroupBroadcastStage>(c.loop, groups_.get()));
+    pipeline::Stage* cross_reduce =
         cross ? add(std::make_unique<stages::LocalReduceStage>(c.loop, cross, "cross-switch-reduce")) : nullptr;
-    Stage* cross_bcast =
+    pipeline::Stage* cross_bcast =
         cross ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, cross, "cross-switch-broadcast")) : nullptr;
     for (int avg = 0; avg < 2; ++avg) {
-      std::vector<Stage*> list{group_reduce};
+      std::vector<pipeline::Stage*> list{group_reduce};
       if (sw->is_root()) {
         list.push_back(device_in);
         if (cross_reduce) list.push_back(cross_reduce);
@@ -55,14 +56,14 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
         list.push_back(device_out);
       }
       list.push_back(group_bcast);
-      group_pipelines_[avg] = Pipeline(std::move(list));
+      group_pipelines_[avg] = pipeline::Pipeline(std::move(list));
     }
   }
 
   for (int in_place = 0; in_place < 2; ++in_place) {
     for (int avg = 0; avg < 2; ++avg) {
-      std::vector<Stage*> list;
-      auto push = [&](Stage* s) {
+      std::vector<pipeline::Stage*> list;
+      auto push = [&](pipeline::Stage* s) {
         if (s) list.push_back(s);
       };
       push(local_reduce);
@@ -71,12 +72,12 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
       push(local_broadcast);
       if (!in_place) push(copy_out);
       if (in_place) {  // a device tensor's host stages work in place on its staging buffers
-        std::vector<Stage*> on_device{device_in};
+        std::vector<pipeline::Stage*> on_device{device_in};
         on_device.insert(on_device.end(), list.begin(), list.end());
         on_device.push_back(device_out);
-        device_pipelines_[avg] = Pipeline(std::move(on_device));
+        device_pipelines_[avg] = pipeline::Pipeline(std::move(on_device));
       }
-      pipelines_[in_place][avg] = Pipeline(std::move(list));
+      pipelines_[in_place][avg] = pipeline::Pipeline(std::move(list));
     }
   }
 }
@@ -86,7 +87,7 @@ PipelineSet::~PipelineSet() {
   staging_.reset();  // then the copies
 }
 
-const Pipeline* PipelineSet::For(const TensorRequest& r) const {
+const pipeline::Pipeline* PipelineSet::For(const TensorRequest& r) const {
   if (!r.device.on_host()) {
     const bool group = groups_ && device::GroupsAvailable(r.device.kind);
     return group ? &group_pipelines_[r.average ? 1 : 0] : &device_pipelines_[r.average ? 1 : 0];

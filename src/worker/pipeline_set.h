@@ -15,8 +15,8 @@
 // the group stages instead of the shared-memory ones (group_stages.h):
 //   local root:     group-reduce -> copy-in -> push-pull | [average] -> copy-out -> group-broadcast
 //   local non-root: group-reduce -> group-broadcast
-// With several PCIe switches (local_circles.h) the groups are per switch, and the switches' roots
-// sum on the CPU in between:
+// With several PCIe switches (local_reduce/local_circles.h) the groups are per switch, and the
+// switches' roots sum on the CPU in between:
 //   switch root:     group-reduce -> copy-in -> cross-reduce -> [push-pull | average on the local
 //                    root] -> cross-broadcast -> copy-out -> group-broadcast
 //   switch non-root: group-reduce -> group-broadcast
@@ -27,10 +27,10 @@
 #include <memory>
 #include <vector>
 
-#include "worker/data_plane.h"
-#include "worker/dispatch_loop.h"
-#include "worker/local_circles.h"
-#include "worker/pipeline.h"
+#include "worker/local_reduce/local_circles.h"
+#include "worker/pipeline/dispatch_loop.h"
+#include "worker/pipeline/pipeline.h"
+#include "worker/server_links/data_plane.h"
 #include "worker/tensor_request.h"
 
 namespace byteps::worker {
@@ -42,12 +42,12 @@ class DeviceGroups;
 }
 
 struct PipelineContext {
-  DispatchLoop* loop = nullptr;       // every stage completes through it and is registered with it
-  LocalCircles* local = nullptr;      // set when BYTEPS_LOCAL_SIZE > 1
-  DataPlane* plane = nullptr;         // set when this process talks to the servers
-  int host_rank = 0;                  // this host's worker rank (frames' sender)
-  int size = 1;                       // worker processes in the job (the divisor of `average`)
-  double start_timeout_s = 60;        // how long forming a host's device group may take
+  pipeline::DispatchLoop* loop = nullptr;       // every stage completes through it and is registered with it
+  local_reduce::LocalCircles* local = nullptr;  // set when BYTEPS_LOCAL_SIZE > 1
+  server_links::DataPlane* plane = nullptr;     // set when this process talks to the servers
+  int host_rank = 0;                            // this host's worker rank (frames' sender)
+  int size = 1;                                 // worker processes in the job (the divisor of `average`)
+  double start_timeout_s = 60;                  // how long forming a host's device group may take
 };
 
 class PipelineSet {
@@ -55,18 +55,18 @@ class PipelineSet {
   explicit PipelineSet(const PipelineContext& context);
   ~PipelineSet();
 
-  const Pipeline* For(const TensorRequest& request) const;
+  const pipeline::Pipeline* For(const TensorRequest& request) const;
   // The network stage (the server links' client), or nullptr when this process has none.
   stages::PushPullStage* push_pull() const { return push_pull_; }
 
  private:
   std::unique_ptr<stages::DeviceStaging> staging_;  // before the stages: they use it until they go
-  std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<pipeline::Stage>> stages_;
   stages::PushPullStage* push_pull_ = nullptr;
-  Pipeline pipelines_[2][2];  // host tensors: [in place][average]
+  pipeline::Pipeline pipelines_[2][2];  // host tensors: [in place][average]
   std::unique_ptr<stages::DeviceGroups> groups_;  // BYTEPS_LOCAL_SIZE > 1 (before the stages, after staging)
-  Pipeline device_pipelines_[2];  // device tensors: [average]
-  Pipeline group_pipelines_[2];   // device tensors over a device group: [average]
+  pipeline::Pipeline device_pipelines_[2];  // device tensors: [average]
+  pipeline::Pipeline group_pipelines_[2];   // device tensors over a device group: [average]
 };
 
 }  // namespace byteps::worker

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/crc32c.h"
-#include "worker/dispatch_loop.h"
-#include "worker/handle_table.h"
+#include "worker/pipeline/dispatch_loop.h"
+#include "worker/pipeline/handle_table.h"
 #include "worker/stages/copy_out_stage.h"
 #include "worker_test_util.h"
 
@@ -25,9 +25,9 @@ using testing::MakePlan;
 
 // Test-only stage: records the CRC-32C of each partition's bytes where they are now, and
 // completes from its own thread (like a stage whose work is asynchronous).
-class ChecksumStage : public Stage {
+class ChecksumStage : public pipeline::Stage {
  public:
-  explicit ChecksumStage(StageSink* sink) : Stage("checksum", sink), thread_([this] { Run(); }) {}
+  explicit ChecksumStage(pipeline::StageSink* sink) : pipeline::Stage("checksum", sink), thread_([this] { Run(); }) {}
   ~ChecksumStage() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -36,7 +36,7 @@ class ChecksumStage : public Stage {
     cv_.notify_all();
     thread_.join();
   }
-  void Start(PartitionTask* t) override {
+  void Start(pipeline::PartitionTask* t) override {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(t);
     cv_.notify_all();
@@ -56,7 +56,7 @@ class ChecksumStage : public Stage {
     for (;;) {
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;
-      PartitionTask* t = queue_.front();
+      pipeline::PartitionTask* t = queue_.front();
       queue_.pop_front();
       sum_ += Crc32c(0, t->src, t->len);
       if (t->src != t->dst) ++not_in_output_;
@@ -67,7 +67,7 @@ class ChecksumStage : public Stage {
   }
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<PartitionTask*> queue_;
+  std::deque<pipeline::PartitionTask*> queue_;
   uint64_t sum_ = 0;
   int not_in_output_ = 0;
   bool stop_ = false;
@@ -75,17 +75,18 @@ class ChecksumStage : public Stage {
 };
 
 TEST(DispatchLoopTest, ATestOnlyStagePlugsInWithoutChangingTheDispatcher) {
-  HandleTable handles;
-  DispatchLoop loop({}, [&](PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
+  pipeline::HandleTable handles;
+  pipeline::DispatchLoop loop(
+      {}, [&](pipeline::PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
   stages::CopyOutStage copy(&loop);
   ChecksumStage checksum(&loop);
   loop.AddStage(&copy);
   loop.AddStage(&checksum);
   loop.Start();
-  Pipeline p({&copy, &checksum});
+  pipeline::Pipeline p({&copy, &checksum});
 
   constexpr int kThreads = 3, kOps = 40, kFloats = 64;
-  std::vector<std::unique_ptr<TensorPlan>> plans;
+  std::vector<std::unique_ptr<planning::TensorPlan>> plans;
   for (int i = 0; i < kThreads; ++i) plans.push_back(MakePlan("t" + std::to_string(i), i, 4, kFloats));
   std::vector<std::vector<float>> in(kThreads, std::vector<float>(kFloats)), out = in;
   uint64_t expected = 0;  // every partition's checksum, once per operation
@@ -116,28 +117,29 @@ TEST(DispatchLoopTest, ATestOnlyStagePlugsInWithoutChangingTheDispatcher) {
 }
 
 TEST(DispatchLoopTest, TheStallGuardFiresWithNobodyWaiting) {
-  HandleTable handles;
-  Dispatcher::Options o;
+  pipeline::HandleTable handles;
+  pipeline::Dispatcher::Options o;
   o.credit_bytes = 64;
   o.stall_period = std::chrono::milliseconds(20);
-  DispatchLoop loop(o, [&](PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
+  pipeline::DispatchLoop loop(
+      o, [&](pipeline::PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
   // A credit stage that never completes its first task (it waits for "other workers").
-  class Stuck : public Stage {
+  class Stuck : public pipeline::Stage {
    public:
-    explicit Stuck(StageSink* s) : Stage("stuck", s) {}
-    size_t CreditFor(const PartitionTask& t) const override { return t.len; }
-    void Start(PartitionTask* t) override {
+    explicit Stuck(pipeline::StageSink* s) : pipeline::Stage("stuck", s) {}
+    size_t CreditFor(const pipeline::PartitionTask& t) const override { return t.len; }
+    void Start(pipeline::PartitionTask* t) override {
       std::lock_guard<std::mutex> lock(mu);
       started.push_back(t);
       cv.notify_all();
     }
     std::mutex mu;
     std::condition_variable cv;
-    std::vector<PartitionTask*> started;
+    std::vector<pipeline::PartitionTask*> started;
   } stuck(&loop);
   loop.AddStage(&stuck);
   loop.Start();
-  Pipeline p({&stuck});
+  pipeline::Pipeline p({&stuck});
   auto a = MakePlan("a", 0, 1, 64), b = MakePlan("b", 1, 1, 64);
   std::vector<float> buf(16);
   auto op_a = MakeOp(*a, p, buf.data(), buf.data()), op_b = MakeOp(*b, p, buf.data(), buf.data());
@@ -158,8 +160,8 @@ TEST(DispatchLoopTest, TheStallGuardFiresWithNobodyWaiting) {
 }
 
 TEST(HandleTableTest, PollWaitAndTheFirstErrorWithTheTensorsName) {
-  HandleTable handles;
-  Pipeline p;
+  pipeline::HandleTable handles;
+  pipeline::Pipeline p;
   auto plan = MakePlan("grad.w", 0, 3, 8, DataType::kFloat32, /*server=*/2);
   std::vector<float> buf(6);
   auto op = MakeOp(*plan, p, buf.data(), buf.data());
@@ -188,14 +190,14 @@ TEST(HandleTableTest, PollWaitAndTheFirstErrorWithTheTensorsName) {
 // What a waiter may read right after Wait (the speed samples) is in place before it wakes: the
 // completion hook runs once, for the part that completes the operation, before done is set.
 TEST(HandleTableTest, TheCompletionHookRunsOnceBeforeAnyWaiterWakes) {
-  HandleTable handles;
-  Pipeline p;
+  pipeline::HandleTable handles;
+  pipeline::Pipeline p;
   auto plan = MakePlan("grad.h", 0, 2, 8, DataType::kFloat32, /*server=*/0);
   std::vector<float> buf(4);
   auto op = MakeOp(*plan, p, buf.data(), buf.data());
   HandleId h = handles.Add(op);
   int calls = 0;
-  auto hook = [&](const Operation& o) {
+  auto hook = [&](const pipeline::Operation& o) {
     ++calls;
     EXPECT_FALSE(o.done);  // no waiter can have woken yet
   };

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <vector>
 
-#include "worker/dispatcher.h"
+#include "worker/pipeline/dispatcher.h"
 #include "worker_test_util.h"
 
 namespace byteps::worker {
@@ -15,40 +15,42 @@ namespace {
 using testing::MakeOp;
 using testing::MakePlan;
 using testing::ManualStage;
-using Clock = Dispatcher::Clock;
+using Clock = pipeline::Dispatcher::Clock;
 using std::chrono::milliseconds;
 
 // Completions go straight into the dispatcher at the fake clock's time (as the dispatcher thread
 // does for a stage completing inside Start).
-class DirectSink : public StageSink {
+class DirectSink : public pipeline::StageSink {
  public:
-  void Complete(PartitionTask* task, const Status& status) override { dispatcher->Complete(task, status, now); }
-  Dispatcher* dispatcher = nullptr;
+  void Complete(pipeline::PartitionTask* task, const Status& status) override {
+    dispatcher->Complete(task, status, now);
+  }
+  pipeline::Dispatcher* dispatcher = nullptr;
   Clock::time_point now{};
 };
 
 class DispatcherTest : public ::testing::Test {
  protected:
   void Make(size_t credit_bytes) {
-    Dispatcher::Options o;
+    pipeline::Dispatcher::Options o;
     o.credit_bytes = credit_bytes;
     o.stall_period = milliseconds(50);
-    dispatcher_ = std::make_unique<Dispatcher>(o, [this](PartitionTask* t, const Status& st) {
+    dispatcher_ = std::make_unique<pipeline::Dispatcher>(o, [this](pipeline::PartitionTask* t, const Status& st) {
       finished_.push_back({t, st});
     });
     sink_.dispatcher = dispatcher_.get();
   }
   std::optional<Clock::time_point> Run() { return dispatcher_->Run(sink_.now); }
   void Advance(milliseconds ms) { sink_.now += ms; }
-  bool Finished(const PartitionTask& t, StatusCode code = StatusCode::kOk) {
+  bool Finished(const pipeline::PartitionTask& t, StatusCode code = StatusCode::kOk) {
     for (auto& [task, st] : finished_)
       if (task == &t) return st.code() == code;
     return false;
   }
 
   DirectSink sink_;
-  std::unique_ptr<Dispatcher> dispatcher_;
-  std::vector<std::pair<PartitionTask*, Status>> finished_;
+  std::unique_ptr<pipeline::Dispatcher> dispatcher_;
+  std::vector<std::pair<pipeline::PartitionTask*, Status>> finished_;
   std::vector<float> buf_ = std::vector<float>(1024, 1.f);
 };
 
@@ -57,7 +59,7 @@ TEST_F(DispatcherTest, TasksPassTheirStagesInOrder) {
   ManualStage a("a", &sink_), b("b", &sink_);
   dispatcher_->AddStage(&a);
   dispatcher_->AddStage(&b);
-  Pipeline p({&a, &b});
+  pipeline::Pipeline p({&a, &b});
   auto plan = MakePlan("w", 0, 2, 16);
   auto op = MakeOp(*plan, p, buf_.data(), buf_.data());
   dispatcher_->Submit(op.get());
@@ -83,7 +85,7 @@ TEST_F(DispatcherTest, AStageIsFlushedOnceAfterEachBatchItStarted) {
   ManualStage a("a", &sink_), b("b", &sink_);
   dispatcher_->AddStage(&a);
   dispatcher_->AddStage(&b);
-  Pipeline p({&a, &b});
+  pipeline::Pipeline p({&a, &b});
   auto plan = MakePlan("w", 0, 5, 16);
   auto op = MakeOp(*plan, p, buf_.data(), buf_.data());
   dispatcher_->Submit(op.get());
@@ -96,7 +98,7 @@ TEST_F(DispatcherTest, AStageIsFlushedOnceAfterEachBatchItStarted) {
 
 TEST_F(DispatcherTest, EmptyPipelineFinishesAtOnce) {
   Make(0);
-  Pipeline none;
+  pipeline::Pipeline none;
   auto plan = MakePlan("w", 0, 3, 16);
   auto op = MakeOp(*plan, none, buf_.data(), buf_.data());
   dispatcher_->Submit(op.get());
@@ -106,8 +108,8 @@ TEST_F(DispatcherTest, EmptyPipelineFinishesAtOnce) {
 TEST_F(DispatcherTest, AFailureSkipsTheStagesItDidNotReach) {
   Make(0);
   ManualStage a("a", &sink_), b("b", &sink_), c("c", &sink_);
-  for (Stage* s : {static_cast<Stage*>(&a), static_cast<Stage*>(&b), static_cast<Stage*>(&c)}) dispatcher_->AddStage(s);
-  Pipeline p({&a, &b, &c});
+  for (ManualStage* s : {&a, &b, &c}) dispatcher_->AddStage(s);
+  pipeline::Pipeline p({&a, &b, &c});
   auto plan = MakePlan("w", 0, 1, 16);
   auto op = MakeOp(*plan, p, buf_.data(), buf_.data());
   dispatcher_->Submit(op.get());
@@ -126,7 +128,7 @@ TEST_F(DispatcherTest, CreditCapsBytesInFlightAndPriorityPicksTheNext) {
   Make(100);
   ManualStage net("net", &sink_, /*credit=*/true);
   dispatcher_->AddStage(&net);
-  Pipeline p({&net});
+  pipeline::Pipeline p({&net});
   auto low = MakePlan("low", 0, 3, 40);
   auto high = MakePlan("high", 1, 1, 40);
   auto op_low = MakeOp(*low, p, buf_.data(), buf_.data(), /*priority=*/0);
@@ -149,7 +151,7 @@ TEST_F(DispatcherTest, EqualPriorityGoesByKeyThenArrival) {
   Make(0);
   ManualStage s("s", &sink_);
   dispatcher_->AddStage(&s);
-  Pipeline p({&s});
+  pipeline::Pipeline p({&s});
   auto later = MakePlan("later", 7, 1, 8);
   auto earlier = MakePlan("earlier", 2, 2, 8);
   auto op1 = MakeOp(*later, p, buf_.data(), buf_.data());
@@ -167,7 +169,7 @@ TEST_F(DispatcherTest, OversizedTaskGoesWhenNothingIsInFlight) {
   Make(100);
   ManualStage net("net", &sink_, true);
   dispatcher_->AddStage(&net);
-  Pipeline p({&net});
+  pipeline::Pipeline p({&net});
   auto big = MakePlan("big", 0, 2, 300);
   auto op = MakeOp(*big, p, buf_.data(), buf_.data());
   dispatcher_->Submit(op.get());
@@ -183,7 +185,7 @@ TEST_F(DispatcherTest, ARoundWaitsForThePreviousRoundOfItsPartition) {
   ManualStage a("a", &sink_), b("b", &sink_);
   dispatcher_->AddStage(&a);
   dispatcher_->AddStage(&b);
-  Pipeline p({&a, &b});
+  pipeline::Pipeline p({&a, &b});
   auto plan = MakePlan("w", 3, 2, 16);
   auto r1 = MakeOp(*plan, p, buf_.data(), buf_.data());
   auto r2 = MakeOp(*plan, p, buf_.data(), buf_.data());
@@ -207,7 +209,7 @@ TEST_F(DispatcherTest, StallGuardTakesCreditBackAfterAQuietStallPeriod) {
   Make(100);
   ManualStage net("net", &sink_, true);
   dispatcher_->AddStage(&net);
-  Pipeline p({&net});
+  pipeline::Pipeline p({&net});
   auto a = MakePlan("a", 0, 1, 100);
   auto b = MakePlan("b", 1, 1, 100);
   auto op_a = MakeOp(*a, p, buf_.data(), buf_.data());
@@ -233,7 +235,7 @@ TEST_F(DispatcherTest, NoStallGuardWithoutCreditWaiters) {
   Make(100);
   ManualStage net("net", &sink_, true);
   dispatcher_->AddStage(&net);
-  Pipeline p({&net});
+  pipeline::Pipeline p({&net});
   auto a = MakePlan("a", 0, 1, 50);
   auto op = MakeOp(*a, p, buf_.data(), buf_.data());
   dispatcher_->Submit(op.get());
@@ -245,7 +247,7 @@ TEST_F(DispatcherTest, FailAllFailsQueuedWaitingAndStartedTasksAndLaterOnes) {
   ManualStage net("net", &sink_, true), after("after", &sink_);
   dispatcher_->AddStage(&net);
   dispatcher_->AddStage(&after);
-  Pipeline p({&net, &after});
+  pipeline::Pipeline p({&net, &after});
   auto plan = MakePlan("w", 0, 2, 40);
   auto r1 = MakeOp(*plan, p, buf_.data(), buf_.data());
   auto r2 = MakeOp(*plan, p, buf_.data(), buf_.data());

@@ -24,28 +24,28 @@ using testing::RecordingSink;
 constexpr int kRanks = 3;  // local rank 2 is the root
 
 struct Rank {
-  std::unique_ptr<LocalReducer> local;
+  std::unique_ptr<local_reduce::LocalReducer> local;
   std::unique_ptr<stages::DeviceStaging> staging;
   std::unique_ptr<stages::DeviceGroups> groups;
   RecordingSink reduced, broadcast;
-  std::unique_ptr<Stage> reduce, bcast;
+  std::unique_ptr<pipeline::Stage> reduce, bcast;
   std::shared_ptr<device::FakeDevice> dev;
   std::vector<float> in, out;
-  std::shared_ptr<Operation> op;
+  std::shared_ptr<pipeline::Operation> op;
 };
 
 class GroupStagesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    LocalOptions o;
+    local_reduce::LocalOptions o;
     o.local_size = kRanks;
     o.job = "gs" + std::to_string(getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     o.start_timeout_s = 10;
-    std::vector<std::future<StatusOr<std::unique_ptr<LocalReducer>>>> starts;
+    std::vector<std::future<StatusOr<std::unique_ptr<local_reduce::LocalReducer>>>> starts;
     for (int r = 0; r < kRanks; ++r) {
       starts.push_back(std::async(std::launch::async, [o, r]() mutable {
         o.local_rank = r;
-        return LocalReducer::Start(o, nullptr);
+        return local_reduce::LocalReducer::Start(o, nullptr);
       }));
     }
     for (int r = 0; r < kRanks; ++r) {
@@ -73,7 +73,7 @@ class GroupStagesTest : public ::testing::Test {
 
   // Each rank's operation over `plan` (its values: rank + 1 + element index), admitted from its own
   // thread at once (forming the group blocks until every rank joins).
-  void Admit(const TensorPlan& plan, bool in_place) {
+  void Admit(const planning::TensorPlan& plan, bool in_place) {
     const size_t n = plan.bytes / 4;
     std::vector<std::future<Status>> admits;
     for (int r = 0; r < kRanks; ++r) {
@@ -95,7 +95,7 @@ class GroupStagesTest : public ::testing::Test {
   float Want(size_t i) const { return static_cast<float>(1 + 2 + 3 + 3 * i); }
 
   Rank ranks_[kRanks];
-  Pipeline pipeline_;
+  pipeline::Pipeline pipeline_;
   uint32_t round_ = 1;
   static inline int next_ = 0;
 };

@@ -22,16 +22,16 @@ using testing::RecordingSink;
 class LocalStagesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    LocalOptions o;
+    local_reduce::LocalOptions o;
     o.local_size = 2;
     o.job = "ls" + std::to_string(getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     o.start_timeout_s = 10;
     auto root_start = std::async(std::launch::async, [o]() mutable {
       o.local_rank = 1;
-      return LocalReducer::Start(o, nullptr);
+      return local_reduce::LocalReducer::Start(o, nullptr);
     });
     o.local_rank = 0;
-    auto nr = LocalReducer::Start(o, nullptr);
+    auto nr = local_reduce::LocalReducer::Start(o, nullptr);
     ASSERT_TRUE(nr.ok()) << nr.status().ToString();
     non_root_ = std::move(nr.value());
     auto r = root_start.get();
@@ -43,11 +43,11 @@ class LocalStagesTest : public ::testing::Test {
     nr_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&nr_received_, non_root_.get());
   }
 
-  std::unique_ptr<LocalReducer> root_, non_root_;
+  std::unique_ptr<local_reduce::LocalReducer> root_, non_root_;
   // One sink per stage: each records that stage's completions.
   RecordingSink root_reduced_, root_published_, nr_contributed_, nr_received_;
-  std::unique_ptr<Stage> root_reduce_, root_bcast_, nr_reduce_, nr_bcast_;
-  Pipeline pipeline_;
+  std::unique_ptr<pipeline::Stage> root_reduce_, root_bcast_, nr_reduce_, nr_bcast_;
+  pipeline::Pipeline pipeline_;
 };
 
 TEST_F(LocalStagesTest, PartitionsAreSummedAndBroadcastOneByOne) {

@@ -32,7 +32,7 @@ TEST(CopyOutStageTest, MovesTheResultIntoTheOutput) {
   std::vector<float> in(8), out(8, 0.f);
   std::iota(in.begin(), in.end(), 1.f);
   auto plan = MakePlan("w", 0, 2, 16);
-  Pipeline p({&stage});
+  pipeline::Pipeline p({&stage});
   auto op = MakeOp(*plan, p, in.data(), out.data());
   stage.Start(&op->parts[1]);
   ASSERT_TRUE(sink.WaitFor(&op->parts[1]).ok());
@@ -45,7 +45,7 @@ TEST(AverageStageTest, DividesThePartitionWhereItIs) {
   stages::AverageStage stage(&sink, 4);
   std::vector<int32_t> buf = {8, 9, -8, 4};
   auto plan = MakePlan("w", 0, 1, 16, DataType::kInt32);
-  Pipeline p({&stage});
+  pipeline::Pipeline p({&stage});
   auto op = MakeOp(*plan, p, buf.data(), buf.data());
   stage.Start(&op->parts[0]);
   ASSERT_TRUE(sink.WaitFor(&op->parts[0]).ok());
@@ -64,10 +64,10 @@ class FakeConnection : public transport::Connection {
 };
 
 // Captures what the stage sends; Send's result can be set per test.
-class FakePlane : public DataPlane {
+class FakePlane : public server_links::DataPlane {
  public:
   size_t ConnIndex(int server, uint64_t key) const override { return key % 2; }
-  Status Send(int server, const OutFrame& f) override {
+  Status Send(int server, const server_links::OutFrame& f) override {
     std::lock_guard<std::mutex> lock(mu);
     sent.push_back({server, f});
     return result;
@@ -80,7 +80,7 @@ class FakePlane : public DataPlane {
     return ops;
   }
   std::mutex mu;
-  std::vector<std::pair<int, OutFrame>> sent;
+  std::vector<std::pair<int, server_links::OutFrame>> sent;
   Status result;
   int flushes = 0;
 };
@@ -89,7 +89,7 @@ class PushPullStageTest : public ::testing::Test {
  protected:
   // The server's reply to `t`: its header is handed to the stage, `sum` written where the stage
   // said, then the frame completes.
-  Status Reply(PartitionTask* t, const std::vector<float>& sum) {
+  Status Reply(pipeline::PartitionTask* t, const std::vector<float>& sum) {
     Header h;
     h.opcode = Opcode::kPushPullReply;
     h.key = t->key;
@@ -117,7 +117,7 @@ class PushPullStageTest : public ::testing::Test {
   FakePlane plane;
   FakeConnection conn;
   stages::PushPullStage stage{&sink, &plane, /*host_rank=*/3, /*size=*/2};
-  Pipeline pipeline{{&stage}};
+  pipeline::Pipeline pipeline{{&stage}};
   std::vector<float> in = std::vector<float>(8, 1.f), out = std::vector<float>(8, 0.f);
 };
 
@@ -129,7 +129,7 @@ TEST_F(PushPullStageTest, DeclaresTheTensorOnceThenPushesStraightFromTheInput) {
   stage.Start(&op->parts[1]);
   EXPECT_EQ(plane.Opcodes(), (std::vector<Opcode>{Opcode::kInitKey, Opcode::kInitKey, Opcode::kPushPull,
                                                   Opcode::kPushPull}));
-  const OutFrame& push = plane.sent[3].second;
+  const server_links::OutFrame& push = plane.sent[3].second;
   EXPECT_EQ(push.header.sender, 3u);
   EXPECT_EQ(push.header.request_id, op->parts[1].id);
   EXPECT_EQ(push.header.key, protocol::MakeKey(4, 1));
@@ -183,7 +183,7 @@ TEST_F(PushPullStageTest, ARefusedDeclarationFailsTheTensorNowAndLater) {
 TEST_F(PushPullStageTest, AFailureWaitsWhileTheReplyIsBeingWritten) {
   auto plan = MakePlan("w", 0, 1, 32);
   auto op = MakeOp(*plan, pipeline, in.data(), out.data());
-  PartitionTask* t = &op->parts[0];
+  pipeline::PartitionTask* t = &op->parts[0];
   stage.Start(t);
   Header h;
   h.opcode = Opcode::kPushPullReply;

@@ -20,10 +20,10 @@
 
 #include "common/half.h"
 #include "worker/average.h"
-#include "worker/key_assigner.h"
-#include "worker/partitioner.h"
-#include "worker/local_reducer.h"
-#include "worker/shm_segment.h"
+#include "worker/local_reduce/local_reducer.h"
+#include "worker/local_reduce/shm_segment.h"
+#include "worker/planning/key_assigner.h"
+#include "worker/planning/partitioner.h"
 
 namespace byteps::worker {
 namespace {
@@ -34,7 +34,7 @@ namespace {
 void CheckPartitions(size_t bytes, size_t pbytes, size_t elem) {
   SCOPED_TRACE("bytes=" + std::to_string(bytes) + " partition=" + std::to_string(pbytes) +
                " elem=" + std::to_string(elem));
-  auto parts = SplitIntoPartitions(bytes, pbytes, elem);
+  auto parts = planning::SplitIntoPartitions(bytes, pbytes, elem);
   ASSERT_FALSE(parts.empty());
   const size_t step = std::max(elem, pbytes / elem * elem);
   EXPECT_EQ(parts.size(), bytes == 0 ? 1 : (bytes + step - 1) / step);  // as few as the cap allows
@@ -56,27 +56,27 @@ void CheckPartitions(size_t bytes, size_t pbytes, size_t elem) {
 }
 
 TEST(PartitionerTest, EmptyTensorHasOneEmptyPartition) {
-  auto parts = SplitIntoPartitions(0, 4096, 4);
+  auto parts = planning::SplitIntoPartitions(0, 4096, 4);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].offset, 0u);
   EXPECT_EQ(parts[0].length, 0u);
 }
 
 TEST(PartitionerTest, ExactMultiples) {
-  auto parts = SplitIntoPartitions(4 * 4096, 4096, 4);
+  auto parts = planning::SplitIntoPartitions(4 * 4096, 4096, 4);
   ASSERT_EQ(parts.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(parts[i].offset, i * 4096);
     EXPECT_EQ(parts[i].length, 4096u);
   }
-  parts = SplitIntoPartitions(4096, 4096, 8);
+  parts = planning::SplitIntoPartitions(4096, 4096, 8);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].length, 4096u);
 }
 
 TEST(PartitionerTest, RemainderIsSpreadEvenly) {
   // Just over two partitions: three nearly equal parts instead of two full ones and a sliver.
-  auto parts = SplitIntoPartitions(2 * 4096 + 8, 4096, 4);
+  auto parts = planning::SplitIntoPartitions(2 * 4096 + 8, 4096, 4);
   ASSERT_EQ(parts.size(), 3u);
   EXPECT_EQ(parts[0].length, 2736u);
   EXPECT_EQ(parts[1].length, 2736u);
@@ -85,13 +85,13 @@ TEST(PartitionerTest, RemainderIsSpreadEvenly) {
 }
 
 TEST(PartitionerTest, PartitionSmallerThanOneElement) {
-  auto parts = SplitIntoPartitions(40, 3, 8);  // 3-byte partitions of 8-byte elements
+  auto parts = planning::SplitIntoPartitions(40, 3, 8);  // 3-byte partitions of 8-byte elements
   ASSERT_EQ(parts.size(), 5u);
   for (size_t i = 0; i < parts.size(); ++i) {
     EXPECT_EQ(parts[i].offset, i * 8);
     EXPECT_EQ(parts[i].length, 8u);
   }
-  EXPECT_EQ(SplitIntoPartitions(40, 0, 4).size(), 10u);
+  EXPECT_EQ(planning::SplitIntoPartitions(40, 0, 4).size(), 10u);
 }
 
 TEST(PartitionerTest, InvariantsOverASweep) {
@@ -109,7 +109,7 @@ TEST(PartitionerTest, InvariantsOverASweep) {
 using SizedDecl = std::optional<std::pair<size_t, DataType>>;
 
 TEST(KeyAssignerTest, SequentialKeysAndStableNames) {
-  KeyAssigner ka(3, 1024);
+  planning::KeyAssigner ka(3, 1024);
   EXPECT_EQ(ka.Declare("a").value(), 0u);
   EXPECT_EQ(ka.Declare("b").value(), 1u);
   EXPECT_EQ(ka.Declare("a").value(), 0u);
@@ -123,7 +123,7 @@ TEST(KeyAssignerTest, SequentialKeysAndStableNames) {
 }
 
 TEST(KeyAssignerTest, PartitionKeys) {
-  KeyAssigner ka(2, 64);
+  planning::KeyAssigner ka(2, 64);
   ka.Declare("x").value();
   ka.Declare("y").value();
   auto plan = ka.Plan("y", 64 * 5 + 8, DataType::kFloat64);
@@ -134,7 +134,7 @@ TEST(KeyAssignerTest, PartitionKeys) {
 }
 
 TEST(KeyAssignerTest, MismatchedSizeOrDtypeNamesTheTensor) {
-  KeyAssigner ka(2, 1024);
+  planning::KeyAssigner ka(2, 1024);
   ASSERT_TRUE(ka.Plan("layer.w", 400, DataType::kFloat32).ok());
   auto bad = ka.Plan("layer.w", 800, DataType::kFloat32);
   ASSERT_FALSE(bad.ok());
@@ -150,15 +150,15 @@ TEST(KeyAssignerTest, MismatchedSizeOrDtypeNamesTheTensor) {
 }
 
 TEST(KeyAssignerTest, LimitsAreErrors) {
-  KeyAssigner ka(1, 1);
-  auto many = ka.Plan("huge", kMaxPartitionsPerTensor + 1, DataType::kUint8);
+  planning::KeyAssigner ka(1, 1);
+  auto many = ka.Plan("huge", planning::kMaxPartitionsPerTensor + 1, DataType::kUint8);
   ASSERT_FALSE(many.ok());
   EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(many.status().message().find("'huge'"), std::string::npos);
-  EXPECT_TRUE(ka.Plan("fits", kMaxPartitionsPerTensor, DataType::kUint8).ok());
+  EXPECT_TRUE(ka.Plan("fits", planning::kMaxPartitionsPerTensor, DataType::kUint8).ok());
 
-  KeyAssigner names(1, 1024);
-  for (uint32_t i = 0; i < kMaxTensors; ++i) ASSERT_TRUE(names.Declare("t" + std::to_string(i)).ok());
+  planning::KeyAssigner names(1, 1024);
+  for (uint32_t i = 0; i < planning::kMaxTensors; ++i) ASSERT_TRUE(names.Declare("t" + std::to_string(i)).ok());
   auto over = names.Declare("one-too-many");
   ASSERT_FALSE(over.ok());
   EXPECT_NE(over.status().message().find("'one-too-many'"), std::string::npos);
@@ -167,7 +167,7 @@ TEST(KeyAssignerTest, LimitsAreErrors) {
 TEST(KeyAssignerTest, SizedPlacementIsByteBalanced) {
   constexpr size_t kPart = 4096;
   for (int servers : {1, 2, 3, 7}) {
-    KeyAssigner ka(servers, kPart);
+    planning::KeyAssigner ka(servers, kPart);
     std::mt19937 rng(servers);
     for (int t = 0; t < 300; ++t) {
       size_t elems = rng() % (5 * kPart / 4);
@@ -181,7 +181,7 @@ TEST(KeyAssignerTest, SizedPlacementIsByteBalanced) {
 }
 
 TEST(KeyAssignerTest, SamePlansForSameDeclarationSequence) {
-  KeyAssigner a(5, 1000), b(5, 1000);
+  planning::KeyAssigner a(5, 1000), b(5, 1000);
   std::mt19937 rng(7);
   std::vector<std::pair<std::string, size_t>> seq;
   std::map<std::string, size_t> first_bytes;  // the size each name's plan keeps
@@ -191,7 +191,7 @@ TEST(KeyAssignerTest, SamePlansForSameDeclarationSequence) {
     if (i % 3 != 1) first_bytes.emplace(name, bytes);  // the first sized use makes the plan
     seq.emplace_back(name, bytes);
   }
-  for (KeyAssigner* ka : {&a, &b}) {
+  for (planning::KeyAssigner* ka : {&a, &b}) {
     for (size_t i = 0; i < seq.size(); ++i) {
       const auto& [name, bytes] = seq[i];
       // A mix of sized declarations, bare declarations and unsized first uses; reuses with another
@@ -213,7 +213,7 @@ TEST(KeyAssignerTest, SamePlansForSameDeclarationSequence) {
     ASSERT_TRUE(pa.ok() && pb.ok()) << name;
     ASSERT_EQ(pa.value()->partitions.size(), pb.value()->partitions.size());
     for (size_t i = 0; i < pa.value()->partitions.size(); ++i) {
-      const PartitionPlan &x = pa.value()->partitions[i], &y = pb.value()->partitions[i];
+      const planning::PartitionPlan &x = pa.value()->partitions[i], &y = pb.value()->partitions[i];
       EXPECT_EQ(x.key, y.key);
       EXPECT_EQ(x.server, y.server);
       EXPECT_EQ(x.range.offset, y.range.offset);
@@ -224,7 +224,7 @@ TEST(KeyAssignerTest, SamePlansForSameDeclarationSequence) {
 
 TEST(KeyAssignerTest, UnsizedPlacementIsRoundRobinFromHash) {
   constexpr int kServers = 4;
-  KeyAssigner ka(kServers, 100);
+  planning::KeyAssigner ka(kServers, 100);
   for (int i = 0; i < 5; ++i) ka.Declare("pad" + std::to_string(i)).value();
   auto plan = ka.Plan("w", 100 * 9, DataType::kUint8);  // declared key 5, 9 partitions
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -238,23 +238,23 @@ TEST(KeyAssignerTest, UnsizedPlacementIsRoundRobinFromHash) {
 }
 
 TEST(KeyAssignerTest, AGenerationRePlansEveryTensorUnderKeysOfItsOwn) {
-  KeyAssigner ka(3, 1000);
+  planning::KeyAssigner ka(3, 1000);
   ASSERT_TRUE(ka.Declare("a", SizedDecl({4000, DataType::kUint8})).ok());
   ASSERT_TRUE(ka.Declare("b", SizedDecl({2500, DataType::kUint8})).ok());
   ASSERT_TRUE(ka.Plan("c", 3000, DataType::kUint8).ok());  // unsized first use
-  const TensorPlan* a0 = ka.Plan("a", 4000, DataType::kUint8).value();
+  const planning::TensorPlan* a0 = ka.Plan("a", 4000, DataType::kUint8).value();
   const uint64_t a0_first_key = a0->partitions[0].key;
   ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
   EXPECT_EQ(ka.generation(), 1u);
   EXPECT_EQ(ka.partition_bytes(), 2000u);
   // Every known tensor is planned in the new generation, balanced where it was declared with its size.
   EXPECT_EQ(ka.server_loads(), (std::vector<uint64_t>{2000, 2000, 2500}));
-  const TensorPlan* a1 = ka.Plan("a", 4000, DataType::kUint8).value();
+  const planning::TensorPlan* a1 = ka.Plan("a", 4000, DataType::kUint8).value();
   EXPECT_EQ(a1->index, 0u);
   EXPECT_EQ(a1->declared_key, (1u << 16) | 0u);
   ASSERT_EQ(a1->partitions.size(), 2u);
   EXPECT_EQ(protocol::DeclaredKeyOf(a1->partitions[1].key), (1u << 16) | 0u);
-  const TensorPlan* c1 = ka.Plan("c", 3000, DataType::kUint8).value();
+  const planning::TensorPlan* c1 = ka.Plan("c", 3000, DataType::kUint8).value();
   EXPECT_EQ(c1->partitions.size(), 2u);
   EXPECT_EQ(c1->partitions[0].server,
             static_cast<int>(protocol::PlaceKey(protocol::MakeKey((1u << 16) | 2u, 0), 3)));
@@ -272,7 +272,7 @@ TEST(KeyAssignerTest, AGenerationRePlansEveryTensorUnderKeysOfItsOwn) {
 }
 
 TEST(KeyAssignerTest, GenerationErrorsChangeNothing) {
-  KeyAssigner ka(2, 1000);
+  planning::KeyAssigner ka(2, 1000);
   ASSERT_TRUE(ka.Declare("big", SizedDecl({size_t{70000}, DataType::kUint8})).ok());
   EXPECT_FALSE(ka.UseGeneration(2, 1000).ok());  // not the next one
   auto tiny = ka.UseGeneration(1, 1);  // 70000 partitions of one byte: over the limit
@@ -281,7 +281,7 @@ TEST(KeyAssignerTest, GenerationErrorsChangeNothing) {
   EXPECT_EQ(ka.generation(), 0u);
   ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
   EXPECT_FALSE(ka.UseGeneration(1, 4000).ok());  // an existing generation keeps its size
-  EXPECT_FALSE(ka.UseGeneration(kMaxGenerations, 1000).ok());
+  EXPECT_FALSE(ka.UseGeneration(planning::kMaxGenerations, 1000).ok());
 }
 
 // ---- DivideInPlace ---------------------------------------------------------------------------
@@ -391,36 +391,36 @@ bool ShmExists(const std::string& name) {
 TEST(ShmSegmentTest, RemoveCreatedByTakesOnlyThatProcessesSegmentsOfThatJob) {
   const int pid = static_cast<int>(getpid());
   const std::string job = "wl" + std::to_string(pid), other = job + "x";
-  auto a = ShmSegment::Create(ShmSegment::Name(pid, job, "a"), 64);
-  auto b = ShmSegment::Create(ShmSegment::Name(pid, job, "b"), 0);
-  auto c = ShmSegment::Create(ShmSegment::Name(pid, other, "a"), 64);  // another job: kept
+  auto a = local_reduce::ShmSegment::Create(local_reduce::ShmSegment::Name(pid, job, "a"), 64);
+  auto b = local_reduce::ShmSegment::Create(local_reduce::ShmSegment::Name(pid, job, "b"), 0);
+  auto c = local_reduce::ShmSegment::Create(local_reduce::ShmSegment::Name(pid, other, "a"), 64);  // another job: kept
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   a.value()->data()[0] = 42;
-  EXPECT_EQ(ShmSegment::RemoveCreatedBy(pid, job), 2);
+  EXPECT_EQ(local_reduce::ShmSegment::RemoveCreatedBy(pid, job), 2);
   EXPECT_FALSE(ShmExists(a.value()->name()));
   EXPECT_FALSE(ShmExists(b.value()->name()));
   EXPECT_TRUE(ShmExists(c.value()->name()));
   EXPECT_EQ(a.value()->data()[0], 42);  // an existing mapping stays valid
-  EXPECT_EQ(ShmSegment::RemoveCreatedBy(pid, job), 0);
-  EXPECT_FALSE(ShmSegment::Open(ShmSegment::Name(pid, job, "a"), 64).ok());
+  EXPECT_EQ(local_reduce::ShmSegment::RemoveCreatedBy(pid, job), 0);
+  EXPECT_FALSE(local_reduce::ShmSegment::Open(local_reduce::ShmSegment::Name(pid, job, "a"), 64).ok());
 }
 
 // A killed process counts as gone while it waits for its parent (a zombie), and after; a live one
 // never does.
 TEST(ShmSegmentTest, AProcessIsGoneOnceItExitedEvenBeforeItIsReaped) {
-  EXPECT_FALSE(ShmSegment::ProcessGone(static_cast<int>(getpid())));
+  EXPECT_FALSE(local_reduce::ShmSegment::ProcessGone(static_cast<int>(getpid())));
   pid_t child = fork();
   if (child == 0) _exit(0);
   ASSERT_GT(child, 0);
   bool gone = false;
   for (int i = 0; i < 200 && !gone; ++i) {  // exits at once; not reaped yet: a zombie
-    gone = ShmSegment::ProcessGone(child);
+    gone = local_reduce::ShmSegment::ProcessGone(child);
     if (!gone) usleep(10000);
   }
   EXPECT_TRUE(gone) << "an exited, unreaped child is not seen as gone";
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(ShmSegment::ProcessGone(child));
+  EXPECT_TRUE(local_reduce::ShmSegment::ProcessGone(child));
 }
 
 // ---- LocalReducer ------------------------------------------------------------------------------
@@ -428,18 +428,18 @@ TEST(ShmSegmentTest, AProcessIsGoneOnceItExitedEvenBeforeItIsReaped) {
 // The root fails (e.g. a server died): each non-root learns that cause, with its kind, before the
 // root goes away, instead of only "lost the local root".
 TEST(LocalReducerTest, RootFailureReachesTheNonRootsWithItsCause) {
-  LocalOptions o;
+  local_reduce::LocalOptions o;
   o.local_size = 2;
   o.job = "lr" + std::to_string(getpid());
   o.start_timeout_s = 10;
   auto root_start = std::async(std::launch::async, [o]() mutable {
     o.local_rank = 1;
-    return LocalReducer::Start(o, nullptr);
+    return local_reduce::LocalReducer::Start(o, nullptr);
   });
   std::promise<Status> heard;
   std::atomic<bool> once{false};
   o.local_rank = 0;
-  auto non_root = LocalReducer::Start(o, [&](const Status& st) {
+  auto non_root = local_reduce::LocalReducer::Start(o, [&](const Status& st) {
     if (!once.exchange(true)) heard.set_value(st);
   });
   ASSERT_TRUE(non_root.ok()) << non_root.status().ToString();
@@ -457,12 +457,12 @@ TEST(LocalReducerTest, RootFailureReachesTheNonRootsWithItsCause) {
 // A local process that never connects (it died before, or never started) is named by its local
 // rank, singular or plural as it is.
 TEST(LocalReducerTest, ARootWhoseLocalRankNeverConnectsNamesIt) {
-  LocalOptions o;
+  local_reduce::LocalOptions o;
   o.local_size = 2;
   o.local_rank = 1;
   o.job = "lonely" + std::to_string(getpid());
   o.start_timeout_s = 0.2;
-  auto root = LocalReducer::Start(o, nullptr);
+  auto root = local_reduce::LocalReducer::Start(o, nullptr);
   ASSERT_FALSE(root.ok());
   EXPECT_EQ(root.status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(root.status().message().find("for local rank 0 of BYTEPS_LOCAL_SIZE=2 on this host, which never connected"),
@@ -470,7 +470,7 @@ TEST(LocalReducerTest, ARootWhoseLocalRankNeverConnectsNamesIt) {
       << root.status().message();
   o.local_size = 3;
   o.local_rank = 2;
-  auto root3 = LocalReducer::Start(o, nullptr);
+  auto root3 = local_reduce::LocalReducer::Start(o, nullptr);
   ASSERT_FALSE(root3.ok());
   EXPECT_NE(root3.status().message().find("for local ranks 0, 1 of BYTEPS_LOCAL_SIZE=3"), std::string::npos)
       << root3.status().message();

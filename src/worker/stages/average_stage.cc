@@ -6,7 +6,7 @@
 
 namespace byteps::worker::stages {
 
-void AverageStage::Start(PartitionTask* t) {
+void AverageStage::Start(pipeline::PartitionTask* t) {
   const DataType dtype = t->op->request.dtype;
   if (t->src != t->dst && t->len > 0) std::memmove(t->dst, t->src, t->len);
   t->src = t->dst;

@@ -4,14 +4,14 @@
 // Threading: Start on the dispatcher thread; completes inside Start.
 #pragma once
 
-#include "worker/stage.h"
+#include "worker/pipeline/stage.h"
 
 namespace byteps::worker::stages {
 
-class AverageStage : public Stage {
+class AverageStage : public pipeline::Stage {
  public:
-  AverageStage(StageSink* sink, int divisor) : Stage("average", sink), divisor_(divisor) {}
-  void Start(PartitionTask* task) override;
+  AverageStage(pipeline::StageSink* sink, int divisor) : pipeline::Stage("average", sink), divisor_(divisor) {}
+  void Start(pipeline::PartitionTask* task) override;
 
  private:
   const int divisor_;

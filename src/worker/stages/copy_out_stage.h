@@ -4,14 +4,14 @@
 // Threading: Start on the dispatcher thread; completes inside Start.
 #pragma once
 
-#include "worker/stage.h"
+#include "worker/pipeline/stage.h"
 
 namespace byteps::worker::stages {
 
-class CopyOutStage : public Stage {
+class CopyOutStage : public pipeline::Stage {
  public:
-  explicit CopyOutStage(StageSink* sink) : Stage("copy-out", sink) {}
-  void Start(PartitionTask* task) override;
+  explicit CopyOutStage(pipeline::StageSink* sink) : pipeline::Stage("copy-out", sink) {}
+  void Start(pipeline::PartitionTask* task) override;
 };
 
 }  // namespace byteps::worker::stages

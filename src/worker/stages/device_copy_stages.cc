@@ -4,34 +4,34 @@
 
 namespace byteps::worker::stages {
 
-void InFlightCopies::Add(PartitionTask* t) {
+void InFlightCopies::Add(pipeline::PartitionTask* t) {
   std::lock_guard<std::mutex> lock(mu_);
   tasks_.insert(t);
 }
 
-bool InFlightCopies::Take(PartitionTask* t) {
+bool InFlightCopies::Take(pipeline::PartitionTask* t) {
   std::lock_guard<std::mutex> lock(mu_);
   return tasks_.erase(t) > 0;
 }
 
-std::vector<PartitionTask*> InFlightCopies::TakeAll() {
+std::vector<pipeline::PartitionTask*> InFlightCopies::TakeAll() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<PartitionTask*> all(tasks_.begin(), tasks_.end());
+  std::vector<pipeline::PartitionTask*> all(tasks_.begin(), tasks_.end());
   tasks_.clear();
   return all;
 }
 
 namespace {
 
-std::string Where(const PartitionTask& t, const device::Device& d) {
+std::string Where(const pipeline::PartitionTask& t, const device::Device& d) {
   return fmt::format("'{}' partition {} on {}", t.op->request.name, t.part, d.name());
 }
 
 // Completes `t` through `sink` once the work queued on `stream` so far is done; `then` runs first
 // on success (on the device's callback thread).
 template <typename Then>
-void CompleteWhenDone(StageSink* sink, InFlightCopies* in_flight, DeviceStaging::Slot* slot,
-                      device::StreamHandle stream, PartitionTask* t, Then then) {
+void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, DeviceStaging::Slot* slot,
+                      device::StreamHandle stream, pipeline::PartitionTask* t, Then then) {
   in_flight->Add(t);
   device::Device* dev = slot->device.get();  // lives as long as the staging, which outlives the copies
   Status st = slot->device->OnDone(stream, [sink, in_flight, t, then, dev](Status s) {
@@ -45,15 +45,15 @@ void CompleteWhenDone(StageSink* sink, InFlightCopies* in_flight, DeviceStaging:
   if (!st.ok() && in_flight->Take(t)) sink->Complete(t, st.WithContext(Where(*t, *slot->device)));
 }
 
-void FailEvery(StageSink* sink, InFlightCopies* in_flight, const Status& failure) {
-  for (PartitionTask* t : in_flight->TakeAll()) sink->Complete(t, failure);
+void FailEvery(pipeline::StageSink* sink, InFlightCopies* in_flight, const Status& failure) {
+  for (pipeline::PartitionTask* t : in_flight->TakeAll()) sink->Complete(t, failure);
 }
 
 }  // namespace
 
-Status DeviceCopyInStage::Admit(Operation& op) { return staging_->RecordReady(op); }
+Status DeviceCopyInStage::Admit(pipeline::Operation& op) { return staging_->RecordReady(op); }
 
-void DeviceCopyInStage::Start(PartitionTask* t) {
+void DeviceCopyInStage::Start(pipeline::PartitionTask* t) {
   const TensorDevice& d = t->op->request.device;
   auto slot = staging_->For(d.kind, d.index);
   if (!slot.ok()) return sink()->Complete(t, slot.status());
@@ -74,7 +74,7 @@ void DeviceCopyInStage::Start(PartitionTask* t) {
 
 void DeviceCopyInStage::FailAll(const Status& failure) { FailEvery(sink(), &in_flight_, failure); }
 
-void DeviceCopyOutStage::Start(PartitionTask* t) {
+void DeviceCopyOutStage::Start(pipeline::PartitionTask* t) {
   const TensorRequest& r = t->op->request;
   auto slot = staging_->For(r.device.kind, r.device.index);
   if (!slot.ok()) return sink()->Complete(t, slot.status());

@@ -18,7 +18,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "worker/stage.h"
+#include "worker/pipeline/stage.h"
 #include "worker/stages/device_staging.h"
 
 namespace byteps::worker::stages {
@@ -26,21 +26,22 @@ namespace byteps::worker::stages {
 // The tasks a copy stage has started and not completed yet (completed exactly once).
 class InFlightCopies {
  public:
-  void Add(PartitionTask* t);
+  void Add(pipeline::PartitionTask* t);
   // True once per task: the caller completes it.
-  bool Take(PartitionTask* t);
-  std::vector<PartitionTask*> TakeAll();
+  bool Take(pipeline::PartitionTask* t);
+  std::vector<pipeline::PartitionTask*> TakeAll();
 
  private:
   std::mutex mu_;
-  std::unordered_set<PartitionTask*> tasks_;
+  std::unordered_set<pipeline::PartitionTask*> tasks_;
 };
 
-class DeviceCopyInStage : public Stage {
+class DeviceCopyInStage : public pipeline::Stage {
  public:
-  DeviceCopyInStage(StageSink* sink, DeviceStaging* staging) : Stage("copy-in", sink), staging_(staging) {}
-  Status Admit(Operation& op) override;
-  void Start(PartitionTask* task) override;
+  DeviceCopyInStage(pipeline::StageSink* sink, DeviceStaging* staging)
+      : pipeline::Stage("copy-in", sink), staging_(staging) {}
+  Status Admit(pipeline::Operation& op) override;
+  void Start(pipeline::PartitionTask* task) override;
   void FailAll(const Status& failure) override;
 
  private:
@@ -48,10 +49,11 @@ class DeviceCopyInStage : public Stage {
   InFlightCopies in_flight_;
 };
 
-class DeviceCopyOutStage : public Stage {
+class DeviceCopyOutStage : public pipeline::Stage {
  public:
-  DeviceCopyOutStage(StageSink* sink, DeviceStaging* staging) : Stage("copy-out", sink), staging_(staging) {}
-  void Start(PartitionTask* task) override;
+  DeviceCopyOutStage(pipeline::StageSink* sink, DeviceStaging* staging)
+      : pipeline::Stage("copy-out", sink), staging_(staging) {}
+  void Start(pipeline::PartitionTask* task) override;
   void FailAll(const Status& failure) override;
 
  private:

@@ -52,7 +52,7 @@ StatusOr<DeviceStaging::Slot*> DeviceStaging::For(device::Kind kind, int index) 
   return slot.get();
 }
 
-Status DeviceStaging::RecordReady(Operation& op) {
+Status DeviceStaging::RecordReady(pipeline::Operation& op) {
   if (op.ready_event) return Status::Ok();
   const TensorDevice& d = op.request.device;
   BYTEPS_ASSIGN_OR_RETURN(Slot * slot, For(d.kind, d.index));

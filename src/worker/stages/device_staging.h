@@ -18,7 +18,7 @@
 
 #include "common/status.h"
 #include "device/device.h"
-#include "worker/partition_task.h"
+#include "worker/pipeline/partition_task.h"
 
 namespace byteps::worker::stages {
 
@@ -39,7 +39,7 @@ class DeviceStaging {
   // The device `kind`:`index` with its copy streams (opened and created on first use).
   StatusOr<Slot*> For(device::Kind kind, int index);
   // Records `op`'s ready event on the framework's stream (the moment of the call), once.
-  Status RecordReady(Operation& op);
+  Status RecordReady(pipeline::Operation& op);
   // The pinned buffer of partition `key` on `slot`'s device, at least `bytes` long.
   StatusOr<uint8_t*> Buffer(Slot* slot, uint64_t key, size_t bytes);
 

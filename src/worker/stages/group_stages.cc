@@ -17,7 +17,7 @@ namespace {
 constexpr uint32_t kGoReduce = 0, kGoBroadcast = 1, kGoFailed = 2;
 constexpr double kDrainS = 30;
 
-Header Go(const PartitionTask& t, uint32_t what) {
+Header Go(const pipeline::PartitionTask& t, uint32_t what) {
   Header h;
   h.opcode = Opcode::kLocalGo;
   h.key = t.key;
@@ -27,7 +27,7 @@ Header Go(const PartitionTask& t, uint32_t what) {
 }
 }  // namespace
 
-DeviceGroups::DeviceGroups(LocalReducer* local, DeviceStaging* staging, double start_timeout_s)
+DeviceGroups::DeviceGroups(local_reduce::LocalReducer* local, DeviceStaging* staging, double start_timeout_s)
     : local_(local), staging_(staging), start_timeout_s_(start_timeout_s) {
   if (!local_->is_root()) local_->SetGroupListener([this](const Header& h, const std::string& p) { OnFrame(h, p); });
 }
@@ -90,16 +90,16 @@ Status DeviceGroups::Ensure(const TensorDevice& d) {
   return Status::Ok();
 }
 
-uint8_t* DeviceGroups::OutputOf(const PartitionTask& t) const {
+uint8_t* DeviceGroups::OutputOf(const pipeline::PartitionTask& t) const {
   return static_cast<uint8_t*>(t.op->request.output) + t.offset;
 }
 
-void DeviceGroups::Finish(StageSink* sink, PartitionTask* t, const Status& st) {
+void DeviceGroups::Finish(pipeline::StageSink* sink, pipeline::PartitionTask* t, const Status& st) {
   sink->Complete(t, st.ok() ? st : st.WithContext(fmt::format("'{}' partition {}", t->op->request.name, t->part)));
 }
 
-void DeviceGroups::StartReduce(PartitionTask* t, StageSink* sink) {
-  LocalReducer::Part part = LocalPartOf(*t);
+void DeviceGroups::StartReduce(pipeline::PartitionTask* t, pipeline::StageSink* sink) {
+  local_reduce::LocalReducer::Part part = LocalPartOf(*t);
   part.on_device = true;
   const RoundKey rk{t->key, t->round};
   {
@@ -130,7 +130,7 @@ void DeviceGroups::StartReduce(PartitionTask* t, StageSink* sink) {
   if (!st.ok()) Finish(sink, t, st);
 }
 
-void DeviceGroups::QueueReduceLocked(PartitionTask* t, StageSink* sink) {
+void DeviceGroups::QueueReduceLocked(pipeline::PartitionTask* t, pipeline::StageSink* sink) {
   const size_t count = t->len / DataTypeSize(t->op->request.dtype);
   const int root = local_->local_size() - 1;
   Status st = failure_;
@@ -147,7 +147,7 @@ void DeviceGroups::QueueReduceLocked(PartitionTask* t, StageSink* sink) {
   if (!st.ok()) Finish(sink, t, st);
 }
 
-void DeviceGroups::StartBroadcast(PartitionTask* t, StageSink* sink) {
+void DeviceGroups::StartBroadcast(pipeline::PartitionTask* t, pipeline::StageSink* sink) {
   const RoundKey rk{t->key, t->round};
   uint8_t* out = OutputOf(*t);
   std::unique_lock<std::mutex> lock(mu_);
@@ -186,15 +186,15 @@ void DeviceGroups::StartBroadcast(PartitionTask* t, StageSink* sink) {
 void DeviceGroups::QueueBroadcastLocked(const RoundKey& rk) {
   auto it = pending_.find(rk);
   if (it == pending_.end()) return;
-  PartitionTask* t = it->second.task;
+  pipeline::PartitionTask* t = it->second.task;
   Status st = failure_;
   if (st.ok()) st = group_->Broadcast(OutputOf(*t), t->len, local_->local_size() - 1, stream_);
   if (st.ok()) st = device_->StreamWaitStream(t->op->request.device.stream, stream_);
   if (st.ok()) {
     it->second.bcast_queued = true;
     st = device_->OnDone(stream_, [this, rk](Status s) {
-      StageSink* sink = nullptr;
-      PartitionTask* task = nullptr;
+      pipeline::StageSink* sink = nullptr;
+      pipeline::PartitionTask* task = nullptr;
       {
         std::lock_guard<std::mutex> lock(mu_);
         auto p = pending_.find(rk);
@@ -235,7 +235,7 @@ void DeviceGroups::OnFrame(const Header& h, const std::string& payload) {
   // The root failed this round: neither side queues (more of) it.
   Status st(static_cast<StatusCode>(h.request_id), payload);
   Pending& p = it->second;
-  StageSink* sink = nullptr;
+  pipeline::StageSink* sink = nullptr;
   if (!p.reduce_queued) {
     sink = p.reduce_sink;  // still in group-reduce: its Go(reduce) never came
   } else if (p.bcast_sink) {
@@ -245,13 +245,13 @@ void DeviceGroups::OnFrame(const Header& h, const std::string& payload) {
     p.bcast_status = st;
     return;
   }
-  PartitionTask* t = p.task;
+  pipeline::PartitionTask* t = p.task;
   pending_.erase(it);
   lock.unlock();
   Finish(sink, t, st);
 }
 
-void DeviceGroups::SkipBroadcast(PartitionTask* t, const Status& failure) {
+void DeviceGroups::SkipBroadcast(pipeline::PartitionTask* t, const Status& failure) {
   if (is_root()) {
     Header h = Go(*t, kGoFailed);
     h.request_id = static_cast<uint64_t>(failure.code());
@@ -284,7 +284,7 @@ void DeviceGroups::FailAll(const Status& failure) {
   }
 }
 
-Status GroupReduceStage::Admit(Operation& op) {
+Status GroupReduceStage::Admit(pipeline::Operation& op) {
   BYTEPS_RETURN_IF_ERROR(groups_->Ensure(op.request.device));
   return groups_->staging()->RecordReady(op);
 }

@@ -29,8 +29,8 @@
 #include <string>
 
 #include "device/group.h"
-#include "worker/local_reducer.h"
-#include "worker/stage.h"
+#include "worker/local_reduce/local_reducer.h"
+#include "worker/pipeline/stage.h"
 #include "worker/stages/device_staging.h"
 
 namespace byteps::worker::stages {
@@ -38,7 +38,7 @@ namespace byteps::worker::stages {
 // The device group of this host's processes, and the rounds in flight through it.
 class DeviceGroups {
  public:
-  DeviceGroups(LocalReducer* local, DeviceStaging* staging, double start_timeout_s);
+  DeviceGroups(local_reduce::LocalReducer* local, DeviceStaging* staging, double start_timeout_s);
   ~DeviceGroups();
   bool is_root() const { return local_->is_root(); }
 
@@ -47,29 +47,29 @@ class DeviceGroups {
 
   DeviceStaging* staging() const { return staging_; }
   // group-reduce of `t` (sink: where it completes).
-  void StartReduce(PartitionTask* t, StageSink* sink);
+  void StartReduce(pipeline::PartitionTask* t, pipeline::StageSink* sink);
   // group-broadcast of `t`.
-  void StartBroadcast(PartitionTask* t, StageSink* sink);
+  void StartBroadcast(pipeline::PartitionTask* t, pipeline::StageSink* sink);
   // Root: `t` failed before its broadcast: the non-roots fail it too.
-  void SkipBroadcast(PartitionTask* t, const Status& failure);
+  void SkipBroadcast(pipeline::PartitionTask* t, const Status& failure);
   void FailAll(const Status& failure);
 
  private:
   using RoundKey = std::pair<uint64_t, uint32_t>;
   struct Pending {  // a non-root's registered round (or the root's, until its collectives are queued)
-    PartitionTask* task = nullptr;
-    StageSink* reduce_sink = nullptr;
-    StageSink* bcast_sink = nullptr;  // set once group-broadcast started
+    pipeline::PartitionTask* task = nullptr;
+    pipeline::StageSink* reduce_sink = nullptr;
+    pipeline::StageSink* bcast_sink = nullptr;  // set once group-broadcast started
     bool reduce_queued = false, bcast_queued = false, bcast_done = false;
     Status bcast_status;
   };
-  void OnFrame(const protocol::Header& h, const std::string& payload);  // non-root
-  void QueueReduceLocked(PartitionTask* t, StageSink* sink);           // under mu_
-  void QueueBroadcastLocked(const RoundKey& rk);                        // non-root, under mu_
-  void Finish(StageSink* sink, PartitionTask* t, const Status& st);
-  uint8_t* OutputOf(const PartitionTask& t) const;
+  void OnFrame(const protocol::Header& h, const std::string& payload);            // non-root
+  void QueueReduceLocked(pipeline::PartitionTask* t, pipeline::StageSink* sink);  // under mu_
+  void QueueBroadcastLocked(const RoundKey& rk);                                  // non-root, under mu_
+  void Finish(pipeline::StageSink* sink, pipeline::PartitionTask* t, const Status& st);
+  uint8_t* OutputOf(const pipeline::PartitionTask& t) const;
 
-  LocalReducer* local_;
+  local_reduce::LocalReducer* local_;
   DeviceStaging* staging_;
   const double start_timeout_s_;
   std::mutex mu_;
@@ -83,22 +83,24 @@ class DeviceGroups {
   std::mutex form_mu_;  // one formation at a time
 };
 
-class GroupReduceStage : public Stage {
+class GroupReduceStage : public pipeline::Stage {
  public:
-  GroupReduceStage(StageSink* sink, DeviceGroups* groups) : Stage("group-reduce", sink), groups_(groups) {}
-  Status Admit(Operation& op) override;
-  void Start(PartitionTask* task) override { groups_->StartReduce(task, sink()); }
+  GroupReduceStage(pipeline::StageSink* sink, DeviceGroups* groups)
+      : pipeline::Stage("group-reduce", sink), groups_(groups) {}
+  Status Admit(pipeline::Operation& op) override;
+  void Start(pipeline::PartitionTask* task) override { groups_->StartReduce(task, sink()); }
   void FailAll(const Status& failure) override { groups_->FailAll(failure); }
 
  private:
   DeviceGroups* groups_;
 };
 
-class GroupBroadcastStage : public Stage {
+class GroupBroadcastStage : public pipeline::Stage {
  public:
-  GroupBroadcastStage(StageSink* sink, DeviceGroups* groups) : Stage("group-broadcast", sink), groups_(groups) {}
-  void Start(PartitionTask* task) override { groups_->StartBroadcast(task, sink()); }
-  void Skip(PartitionTask* task, const Status& failure) override { groups_->SkipBroadcast(task, failure); }
+  GroupBroadcastStage(pipeline::StageSink* sink, DeviceGroups* groups)
+      : pipeline::Stage("group-broadcast", sink), groups_(groups) {}
+  void Start(pipeline::PartitionTask* task) override { groups_->StartBroadcast(task, sink()); }
+  void Skip(pipeline::PartitionTask* task, const Status& failure) override { groups_->SkipBroadcast(task, failure); }
 
  private:
   DeviceGroups* groups_;

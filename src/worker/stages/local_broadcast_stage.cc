@@ -4,7 +4,7 @@
 
 namespace byteps::worker::stages {
 
-void LocalBroadcastStage::Start(PartitionTask* t) {
+void LocalBroadcastStage::Start(pipeline::PartitionTask* t) {
   if (reducer_->is_root()) {
     sink()->Complete(t, reducer_->Publish(LocalPartOf(*t), t->src));
     return;
@@ -15,7 +15,7 @@ void LocalBroadcastStage::Start(PartitionTask* t) {
   });
 }
 
-void LocalBroadcastStage::Skip(PartitionTask* t, const Status& failure) {
+void LocalBroadcastStage::Skip(pipeline::PartitionTask* t, const Status& failure) {
   if (reducer_->is_root()) reducer_->PublishError(t->key, t->round, failure);
 }
 

@@ -9,21 +9,22 @@
 
 #include <string>
 
-#include "worker/local_reducer.h"
-#include "worker/stage.h"
+#include "worker/local_reduce/local_reducer.h"
+#include "worker/pipeline/stage.h"
 
 namespace byteps::worker::stages {
 
-class LocalBroadcastStage : public Stage {
+class LocalBroadcastStage : public pipeline::Stage {
  public:
-  LocalBroadcastStage(StageSink* sink, LocalReducer* reducer, std::string name = "local-broadcast")
-      : Stage(std::move(name), sink), reducer_(reducer) {}
-  void Start(PartitionTask* task) override;
-  void Skip(PartitionTask* task, const Status& failure) override;
+  LocalBroadcastStage(pipeline::StageSink* sink, local_reduce::LocalReducer* reducer,
+                      std::string name = "local-broadcast")
+      : pipeline::Stage(std::move(name), sink), reducer_(reducer) {}
+  void Start(pipeline::PartitionTask* task) override;
+  void Skip(pipeline::PartitionTask* task, const Status& failure) override;
   void FailAll(const Status& failure) override { reducer_->FailAll(failure); }
 
  private:
-  LocalReducer* reducer_;  // borrowed; outlives the stage
+  local_reduce::LocalReducer* reducer_;  // borrowed; outlives the stage
 };
 
 }  // namespace byteps::worker::stages

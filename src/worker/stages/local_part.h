@@ -2,13 +2,13 @@
 // Threading: pure function.
 #pragma once
 
-#include "worker/local_reducer.h"
-#include "worker/partition_task.h"
+#include "worker/local_reduce/local_reducer.h"
+#include "worker/pipeline/partition_task.h"
 
 namespace byteps::worker::stages {
 
-inline LocalReducer::Part LocalPartOf(const PartitionTask& t) {
-  LocalReducer::Part p;
+inline local_reduce::LocalReducer::Part LocalPartOf(const pipeline::PartitionTask& t) {
+  local_reduce::LocalReducer::Part p;
   p.key = t.key;
   p.round = t.round;
   p.name = t.op->plan->name;

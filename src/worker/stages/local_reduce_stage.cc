@@ -4,7 +4,7 @@
 
 namespace byteps::worker::stages {
 
-void LocalReduceStage::Start(PartitionTask* t) {
+void LocalReduceStage::Start(pipeline::PartitionTask* t) {
   if (!reducer_->is_root()) {
     sink()->Complete(t, reducer_->Contribute(LocalPartOf(*t), t->src));
     return;

@@ -8,20 +8,20 @@
 
 #include <string>
 
-#include "worker/local_reducer.h"
-#include "worker/stage.h"
+#include "worker/local_reduce/local_reducer.h"
+#include "worker/pipeline/stage.h"
 
 namespace byteps::worker::stages {
 
-class LocalReduceStage : public Stage {
+class LocalReduceStage : public pipeline::Stage {
  public:
-  LocalReduceStage(StageSink* sink, LocalReducer* reducer, std::string name = "local-reduce")
-      : Stage(std::move(name), sink), reducer_(reducer) {}
-  void Start(PartitionTask* task) override;
+  LocalReduceStage(pipeline::StageSink* sink, local_reduce::LocalReducer* reducer, std::string name = "local-reduce")
+      : pipeline::Stage(std::move(name), sink), reducer_(reducer) {}
+  void Start(pipeline::PartitionTask* task) override;
   void FailAll(const Status& failure) override { reducer_->FailAll(failure); }
 
  private:
-  LocalReducer* reducer_;  // borrowed; outlives the stage
+  local_reduce::LocalReducer* reducer_;  // borrowed; outlives the stage
 };
 
 }  // namespace byteps::worker::stages

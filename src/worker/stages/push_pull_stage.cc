@@ -14,17 +14,18 @@ namespace byteps::worker::stages {
 using protocol::Header;
 using protocol::Opcode;
 
-PushPullStage::PushPullStage(StageSink* sink, DataPlane* plane, int host_rank, int size)
-    : Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size) {}
+PushPullStage::PushPullStage(pipeline::StageSink* sink, server_links::DataPlane* plane, int host_rank, int size)
+    : pipeline::Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size) {}
 
-OutFrame PushPullStage::InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p, ReduceOp op) const {
+server_links::OutFrame PushPullStage::InitKeyFrame(const planning::TensorPlan& plan, const planning::PartitionPlan& p,
+                                                   ReduceOp op) const {
   protocol::KeyInit ki;
   ki.name = plan.name;
   ki.bytes = p.range.length;
   ki.dtype = static_cast<int>(plan.dtype);
   ki.tensor_bytes = plan.bytes;
   ki.op = op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::kOpSum;
-  OutFrame f;
+  server_links::OutFrame f;
   f.header.opcode = Opcode::kInitKey;
   f.header.key = p.key;
   f.header.sender = static_cast<uint32_t>(host_rank_);
@@ -33,8 +34,8 @@ OutFrame PushPullStage::InitKeyFrame(const TensorPlan& plan, const PartitionPlan
   return f;
 }
 
-OutFrame PushPullStage::PushFrame(const PartitionTask& t) const {
-  OutFrame f;
+server_links::OutFrame PushPullStage::PushFrame(const pipeline::PartitionTask& t) const {
+  server_links::OutFrame f;
   f.header.opcode = Opcode::kPushPull;
   f.header.key = t.key;
   f.header.round = t.round;
@@ -48,9 +49,9 @@ OutFrame PushPullStage::PushFrame(const PartitionTask& t) const {
   return f;
 }
 
-void PushPullStage::Start(PartitionTask* t) {
-  const TensorPlan& plan = *t->op->plan;
-  std::vector<OutFrame> declare;
+void PushPullStage::Start(pipeline::PartitionTask* t) {
+  const planning::TensorPlan& plan = *t->op->plan;
+  std::vector<server_links::OutFrame> declare;
   Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -65,7 +66,7 @@ void PushPullStage::Start(PartitionTask* t) {
                                             op == ReduceOp::kSum ? "a sum" : "a concatenation"));
     } else {
       if (added) {
-        for (const PartitionPlan& p : plan.partitions) declare.push_back(InitKeyFrame(plan, p, op));
+        for (const planning::PartitionPlan& p : plan.partitions) declare.push_back(InitKeyFrame(plan, p, op));
       }
       in_flight_.emplace(t->id, InFlight{t, nullptr, Status()});
     }
@@ -77,10 +78,10 @@ void PushPullStage::Start(PartitionTask* t) {
   // Unavailable: the connection is closed; the reconnect re-sends this partition (or fails it with
   // the link). Anything else is a bug worth failing the partition for.
   if (st.ok() || st.code() == StatusCode::kUnavailable) return;
-  std::vector<PartitionTask*> failed;
+  std::vector<pipeline::PartitionTask*> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    failed = TakeFailedLocked([&](const PartitionTask& x) { return &x == t; }, st);
+    failed = TakeFailedLocked([&](const pipeline::PartitionTask& x) { return &x == t; }, st);
   }
   CompleteAll(failed, st);
 }
@@ -97,7 +98,7 @@ StatusOr<transport::RecvBuffer> PushPullStage::OnReplyHeader(transport::Connecti
     b.discard = true;  // its operation already failed (or a resend's twin answered): drop the bytes
     return b;
   }
-  const PartitionTask& t = *it->second.task;
+  const pipeline::PartitionTask& t = *it->second.task;
   if (t.len != h.payload_len || t.key != h.key) {
     return ProtocolError(fmt::format("{} answered request {} (key {}, {} bytes) with key {} and {} bytes",
                                      c.peer_name(), h.request_id, t.key, t.len, h.key, h.payload_len));
@@ -112,22 +113,22 @@ void PushPullStage::OnReplyFrame(transport::Connection& c, const Header& h, tran
   if (h.opcode == Opcode::kError) {
     Status st = protocol::StatusFromErrorFrame(
         h, fmt::format("{}: {}", c.peer_name(), std::string(reinterpret_cast<const char*>(b.data), b.size)));
-    std::vector<PartitionTask*> failed;
+    std::vector<pipeline::PartitionTask*> failed;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (h.request_id != 0) {
-        failed = TakeFailedLocked([&](const PartitionTask& t) { return t.id == h.request_id; }, st);
+        failed = TakeFailedLocked([&](const pipeline::PartitionTask& t) { return t.id == h.request_id; }, st);
       } else {  // the tensor's declaration was refused: this round and every later one fail
         const uint32_t dk = protocol::DeclaredKeyOf(h.key);
         poisoned_.emplace(dk, st);
-        failed = TakeFailedLocked([&](const PartitionTask& t) { return t.op->plan->declared_key == dk; }, st);
+        failed = TakeFailedLocked([&](const pipeline::PartitionTask& t) { return t.op->plan->declared_key == dk; }, st);
       }
     }
     CompleteAll(failed, st);
     return;
   }
   if (b.discard) return;
-  PartitionTask* t;
+  pipeline::PartitionTask* t;
   Status deferred;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -146,8 +147,8 @@ void PushPullStage::OnReplyFrame(transport::Connection& c, const Header& h, tran
 }
 
 template <typename Match>
-std::vector<PartitionTask*> PushPullStage::TakeFailedLocked(Match match, const Status& failure) {
-  std::vector<PartitionTask*> now;
+std::vector<pipeline::PartitionTask*> PushPullStage::TakeFailedLocked(Match match, const Status& failure) {
+  std::vector<pipeline::PartitionTask*> now;
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     InFlight& f = it->second;
     if (!match(*f.task)) {
@@ -163,12 +164,12 @@ std::vector<PartitionTask*> PushPullStage::TakeFailedLocked(Match match, const S
   return now;
 }
 
-void PushPullStage::CompleteAll(const std::vector<PartitionTask*>& tasks, const Status& st) {
-  for (PartitionTask* t : tasks) sink()->Complete(t, st);
+void PushPullStage::CompleteAll(const std::vector<pipeline::PartitionTask*>& tasks, const Status& st) {
+  for (pipeline::PartitionTask* t : tasks) sink()->Complete(t, st);
 }
 
 void PushPullStage::OnConnectionLost(const transport::Connection& c) {
-  std::vector<std::pair<PartitionTask*, Status>> failed;
+  std::vector<std::pair<pipeline::PartitionTask*, Status>> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = in_flight_.begin(); it != in_flight_.end();) {
@@ -185,36 +186,36 @@ void PushPullStage::OnConnectionLost(const transport::Connection& c) {
   for (auto& [t, st] : failed) sink()->Complete(t, st);
 }
 
-std::vector<OutFrame> PushPullStage::CollectResend(int server, size_t index) {
-  std::vector<OutFrame> frames;
-  std::vector<const PartitionTask*> out;
+std::vector<server_links::OutFrame> PushPullStage::CollectResend(int server, size_t index) {
+  std::vector<server_links::OutFrame> frames;
+  std::vector<const pipeline::PartitionTask*> out;
   std::lock_guard<std::mutex> lock(mu_);
   // Declarations first (the server keeps them; a lost InitKey is sent again, duplicates are no-ops)...
   for (const auto& [dk, a] : announced_)
-    for (const PartitionPlan& p : a.plan->partitions)
+    for (const planning::PartitionPlan& p : a.plan->partitions)
       if (p.server == server && plane_->ConnIndex(server, p.key) == index) frames.push_back(InitKeyFrame(*a.plan, p, a.op));
   // ...then every partition that was out on the lost connection, oldest first.
   for (const auto& [id, f] : in_flight_)
     if (f.task->server == server && plane_->ConnIndex(server, f.task->key) == index) out.push_back(f.task);
   std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->id < b->id; });
-  for (const PartitionTask* t : out) frames.push_back(PushFrame(*t));
+  for (const pipeline::PartitionTask* t : out) frames.push_back(PushFrame(*t));
   return frames;
 }
 
 void PushPullStage::FailServer(int server, const Status& failure) {
-  std::vector<PartitionTask*> failed;
+  std::vector<pipeline::PartitionTask*> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    failed = TakeFailedLocked([&](const PartitionTask& t) { return t.server == server; }, failure);
+    failed = TakeFailedLocked([&](const pipeline::PartitionTask& t) { return t.server == server; }, failure);
   }
   CompleteAll(failed, failure);
 }
 
 void PushPullStage::FailAll(const Status& failure) {
-  std::vector<PartitionTask*> failed;
+  std::vector<pipeline::PartitionTask*> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    failed = TakeFailedLocked([](const PartitionTask&) { return true; }, failure);
+    failed = TakeFailedLocked([](const pipeline::PartitionTask&) { return true; }, failure);
   }
   CompleteAll(failed, failure);
 }

@@ -20,50 +20,51 @@
 #include <unordered_set>
 #include <vector>
 
-#include "worker/data_plane.h"
-#include "worker/stage.h"
+#include "worker/pipeline/stage.h"
+#include "worker/server_links/data_plane.h"
 
 namespace byteps::worker::stages {
 
-class PushPullStage : public Stage, public DataClient {
+class PushPullStage : public pipeline::Stage, public server_links::DataClient {
  public:
   // host_rank: this host's worker rank (the sender of every frame); size: the job's worker
   // processes (the divisor of `average`).
-  PushPullStage(StageSink* sink, DataPlane* plane, int host_rank, int size);
+  PushPullStage(pipeline::StageSink* sink, server_links::DataPlane* plane, int host_rank, int size);
 
-  size_t CreditFor(const PartitionTask& task) const override { return task.len; }
-  void Start(PartitionTask* task) override;
+  size_t CreditFor(const pipeline::PartitionTask& task) const override { return task.len; }
+  void Start(pipeline::PartitionTask* task) override;
   void Flush() override { plane_->Flush(); }
   void FailAll(const Status& failure) override;
 
   StatusOr<transport::RecvBuffer> OnReplyHeader(transport::Connection& conn, const protocol::Header& h) override;
   void OnReplyFrame(transport::Connection& conn, const protocol::Header& h, transport::RecvBuffer b) override;
   void OnConnectionLost(const transport::Connection& conn) override;
-  std::vector<OutFrame> CollectResend(int server, size_t index) override;
+  std::vector<server_links::OutFrame> CollectResend(int server, size_t index) override;
   void FailServer(int server, const Status& failure) override;
   bool idle() const override;
 
  private:
   struct InFlight {
-    PartitionTask* task;
+    pipeline::PartitionTask* task;
     const transport::Connection* receiving_on = nullptr;  // the transport writes into task->dst
     Status deferred;  // a failure that waits for receiving_on to clear
   };
-  OutFrame InitKeyFrame(const TensorPlan& plan, const PartitionPlan& p, ReduceOp op) const;
-  OutFrame PushFrame(const PartitionTask& t) const;
+  server_links::OutFrame InitKeyFrame(const planning::TensorPlan& plan, const planning::PartitionPlan& p,
+                                      ReduceOp op) const;
+  server_links::OutFrame PushFrame(const pipeline::PartitionTask& t) const;
   // Removes the matching in-flight tasks and returns those that may complete now (under mu_).
   template <typename Match>
-  std::vector<PartitionTask*> TakeFailedLocked(Match match, const Status& failure);
-  void CompleteAll(const std::vector<PartitionTask*>& tasks, const Status& st);
+  std::vector<pipeline::PartitionTask*> TakeFailedLocked(Match match, const Status& failure);
+  void CompleteAll(const std::vector<pipeline::PartitionTask*>& tasks, const Status& st);
 
-  DataPlane* plane_;
+  server_links::DataPlane* plane_;
   const int host_rank_;
   const int size_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, InFlight> in_flight_;            // by task id (= request id)
   struct Announced {
-    const TensorPlan* plan;
+    const planning::TensorPlan* plan;
     ReduceOp op;  // a name keeps the operation it was first used with
   };
   std::unordered_map<uint32_t, Announced> announced_;  // by declared key

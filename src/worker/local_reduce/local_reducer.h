@@ -1,0 +1,167 @@
+// Several training processes on one worker host (BYTEPS_LOCAL_SIZE > 1): they reduce through
+// shared memory first, and only the local root (the highest local rank, as in BytePS) talks to
+// the servers. Control messages travel over a Unix socket between each non-root and the root;
+// tensor bytes travel through per-tensor shared-memory segments, one partition at a time (the
+// message names the partition key; the partition's bytes sit at its offset in the tensor's
+// segment), so partition i can go to the servers while partition i+1 is still being reduced:
+//   non-root r: copies its partition into its slot segment, sends LocalReady(key, round);
+//   root:       once its own partition and every LocalReady of (key, round) are in, adds the slots
+//               into its destination, pushes/pulls the sum like a one-process worker, then copies
+//               the result into the result segment and sends LocalDone(key, round); each non-root
+//               copies the result into its output.
+// A partition's next round is only contributed once its previous round left the pipeline
+// (RoundSequencer), so one slot and one result segment per tensor suffice.
+// Segment and socket names are unique per job and per host; stale segments of dead processes
+// are removed at start.
+// Threading: all methods are thread-safe; callbacks run on the local transport's I/O thread or on
+// the calling thread, never under the reducer's lock.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "transport/transport.h"
+#include "worker/local_reduce/shm_segment.h"
+
+namespace byteps::worker::local_reduce {
+
+struct LocalOptions {
+  int local_rank = 0;    // this process's place among the circle's members (its BYTEPS_LOCAL_RANK in "")
+  int local_size = 1;    // the circle's members
+  // Which circle of the host's processes this reducer joins: "" every local process; a PCIe
+  // switch's processes ("sw<j>") or the switches' roots ("x") in cross-switch mode (local_circles.h).
+  // Its socket and shared memory are named by it.
+  std::string circle;
+  std::vector<int> members;  // the members' BYTEPS_LOCAL_RANKs by place (messages); empty: 0..local_size-1
+  std::string job;       // job-unique token (derived from BYTEPS_JOB_SECRET or the scheduler address)
+  int host_id = 0;       // DMLC_WORKER_ID: which worker host
+  double start_timeout_s = 60;
+  transport::TransportOptions transport;  // secret and checksum; threads/buffers are set here
+};
+
+class LocalReducer : public transport::Handler {
+ public:
+  using Done = std::function<void(const Status&)>;
+
+  // Root: listens and waits until every local process has said hello. Non-root: connects to
+  // the root. `on_failure` runs when the other side goes away.
+  static StatusOr<std::unique_ptr<LocalReducer>> Start(const LocalOptions& options, Done on_failure);
+  ~LocalReducer() override;
+
+  bool is_root() const { return options_.local_rank == options_.local_size - 1; }
+  int local_rank() const { return options_.local_rank; }
+  int local_size() const { return options_.local_size; }
+  int RankOf(int place) const;  // the BYTEPS_LOCAL_RANK of the circle's member at `place` (for messages)
+
+  // One partition of one round: `key` is its partition key, `offset`/`bytes` its place in the
+  // tensor of `tensor_bytes` bytes.
+  struct Part {
+    uint64_t key = 0;
+    uint32_t round = 0;
+    std::string name;
+    size_t offset = 0;
+    size_t bytes = 0;
+    size_t tensor_bytes = 0;
+    DataType dtype = DataType::kFloat32;
+    // The bytes live in device memory and a device group moves them (group_stages.h): the
+    // reducer only counts who is ready; no shared memory is touched.
+    bool on_device = false;
+  };
+  // Non-root: writes `input` into this process's slot and tells the root. The result of the round
+  // is taken with AwaitResult.
+  Status Contribute(const Part& part, const void* input);
+  // Non-root: copies the round's result into `output` once the root published it (perhaps already),
+  // then runs `done`.
+  void AwaitResult(const Part& part, void* output, Done done);
+  // Root: `output` = `input` + every non-root's slot, once all are in; then `ready` runs.
+  Status Gather(const Part& part, const void* input, void* output, Done ready);
+  // Root: hands the round's result to every non-root.
+  Status Publish(const Part& part, const void* result);
+  // Root: tells every non-root that (key, round) failed (code in the header's arg, message as payload).
+  void PublishError(uint64_t key, uint32_t round, const Status& error);
+  // Device groups (group_stages.h) use this process's local socket for their ordering: the root
+  // sends every non-root one frame (in the order of the calls), a non-root's listener gets the
+  // kLocalGroup / kLocalGo frames on the I/O thread, in that order. Setting a listener (or none)
+  // returns once no call of the previous one is in progress.
+  Status SendToNonRoots(const protocol::Header& h, const std::string& payload);
+  void SetGroupListener(std::function<void(const protocol::Header&, const std::string&)> listener);
+  // Fails everything waiting (e.g. the job failed elsewhere).
+  void FailAll(const Status& st);
+  // The first failure (OK while healthy).
+  Status failure() const;
+  // Tells the root this process leaves cleanly (non-root), so its disconnect is not a failure.
+  void Leave();
+  // Stops the local socket: no callback (listener, round) runs after this returns. The object
+  // stays usable for the calls of those that still hold it (they fail).
+  void Close();
+
+  StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
+  void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
+  void OnClose(transport::Connection& c, const Status& reason) override;
+
+ private:
+  using RoundKey = std::pair<uint64_t, uint32_t>;  // (partition key, round)
+  struct Round {
+    int ready = 0;  // non-roots in
+    bool root_in = false;
+    Part part;
+    const void* input = nullptr;
+    void* output = nullptr;
+    Done done;
+    Status error;
+  };
+  struct Peer {
+    std::shared_ptr<transport::Connection> conn;
+    int pid = 0;
+    bool left = false;
+    std::map<uint32_t, std::unique_ptr<ShmSegment>> slots;  // by declared key (root side)
+  };
+  struct Result {  // non-root: a round's result, published (or failed) and/or awaited
+    bool published = false;
+    Status error;
+    Part part;
+    void* output = nullptr;
+    Done done;
+  };
+
+  LocalReducer(const LocalOptions& options, Done on_failure);
+  std::string SocketName() const;
+  // Maps (creating or opening) the tensor's segment `seg` of at least `bytes` bytes (under mu_).
+  Status MapLocked(std::unique_ptr<ShmSegment>* seg, bool create, int creator_pid, const std::string& suffix,
+                   size_t bytes);
+  // Root, under mu_: when (key, round) is complete, returns the work that sums it and runs its callback.
+  std::function<void()> MaybeReduceLocked(const RoundKey& rk);
+  // Non-root, under mu_: when (key, round) is both published and awaited, returns the work that
+  // copies the result out and runs its callback.
+  std::function<void()> MaybeDeliverLocked(const RoundKey& rk);
+  void OnLocalReady(transport::Connection& c, const protocol::Header& h, const std::string& payload);
+
+  LocalOptions options_;
+  Done on_failure_;
+  std::unique_ptr<transport::Transport> transport_;
+  int root_pid_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Status failure_;
+  // Root side.
+  std::map<int, Peer> peers_;  // by local rank
+  std::map<RoundKey, Round> rounds_;
+  std::map<uint32_t, std::unique_ptr<ShmSegment>> results_;  // by declared key
+  // Non-root side.
+  std::shared_ptr<transport::Connection> root_;
+  std::map<uint32_t, std::unique_ptr<ShmSegment>> my_slots_;     // by declared key
+  std::map<uint32_t, std::unique_ptr<ShmSegment>> result_maps_;  // by declared key
+  std::map<RoundKey, Result> awaited_;
+  std::function<void(const protocol::Header&, const std::string&)> group_listener_;  // guarded by mu_
+  int listener_calls_ = 0;  // calls of group_listener_ in progress (guarded by mu_)
+};
+
+}  // namespace byteps::worker::local_reduce

@@ -1,0 +1,71 @@
+// The unit that moves through the worker pipeline: one partition of one push_pull call
+// (an Operation), and the Operation itself.
+//
+// A task's bytes move as the stages run: `src` is where the partition's data is now, `dst` where
+// a stage that produces or moves data writes it (the output tensor for CPU tensors). A stage that
+// wrote `dst` sets src = dst. The last stage leaves the result in the output tensor.
+//
+// Threading: a task belongs to exactly one party at a time: the dispatcher thread while it is
+// queued, the stage it was started in until that stage completes it. The Operation's completion
+// fields are guarded by the HandleTable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "worker/planning/key_assigner.h"
+#include "worker/tensor_request.h"
+
+namespace byteps::worker::pipeline {
+
+class Pipeline;
+struct Operation;
+
+struct PartitionTask {
+  uint64_t id = 0;  // unique in this process; the request id of its push-pull frame
+  Operation* op = nullptr;
+  size_t part = 0;   // index in op->plan->partitions
+  uint64_t key = 0;  // partition key (protocol/key_layout.h)
+  int server = 0;
+  uint32_t round = 0;  // the tensor's round (1-based), assigned when the operation is submitted
+  size_t offset = 0;   // bytes from the tensor start
+  size_t len = 0;
+  // What this worker pushes: len bytes at src for a sum; for a concatenation its part of the
+  // partition (push_len bytes at src, possibly none) and where in the partition they go.
+  size_t push_len = 0;
+  size_t push_offset = 0;
+  const uint8_t* src = nullptr;
+  uint8_t* dst = nullptr;
+  // Dispatcher bookkeeping (dispatcher thread only).
+  size_t stage = 0;          // index of the current stage in the pipeline
+  size_t credit_bytes = 0;   // credit held while in a credit-using stage (0 = none)
+  uint64_t seq = 0;          // FIFO tie-break in stage queues
+};
+
+// One push_pull call: the request, its tensor's plan, the pipeline its partitions take, and the
+// partitions themselves (created once; their addresses are stable for the operation's life).
+struct Operation {
+  HandleId id = 0;
+  TensorRequest request;
+  const planning::TensorPlan* plan = nullptr;
+  const Pipeline* pipeline = nullptr;
+  std::vector<PartitionTask> parts;
+  // A device tensor: the event recorded on the framework's stream when the call was made (the
+  // copy-in stage's; destroyed with the operation).
+  std::shared_ptr<void> ready_event;
+  // Completion, guarded by the HandleTable's mutex.
+  size_t remaining = 0;
+  std::vector<bool> part_done;
+  bool done = false;
+  Status status;
+};
+
+// The operation of `request` over `plan` through `pipeline`: one task per partition, pointing into
+// the request's input and output; task ids are taken from *next_task_id on.
+std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const planning::TensorPlan& plan,
+                                         const Pipeline* pipeline, uint64_t* next_task_id);
+
+}  // namespace byteps::worker::pipeline

@@ -17,7 +17,7 @@ Status RunScheduler(const config::Config& c) {
   // instead of finding nobody there (it would wait out its own start deadline). After the start
   // deadline itself there is nobody left to tell.
   if (st.code() == StatusCode::kInvalidArgument && !s.value()->rendezvous_done()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   }
   s.value()->WaitDisconnect(2.0);
   return st;

@@ -56,6 +56,10 @@ class AutoTransport final : public Transport {
     shm_->Shutdown();
     tcp_->Shutdown();
   }
+  void CancelConnects(const Status& why) override {
+    shm_->CancelConnects(why);
+    tcp_->CancelConnects(why);
+  }
 
  private:
   const bool strict_;

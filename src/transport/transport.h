@@ -123,6 +123,12 @@ class Transport {
                                                              double timeout_s) = 0;
   // Closes every connection and the listener, joins I/O threads. Idempotent.
   virtual void Shutdown() = 0;
+  // Connect / ConnectLocal calls waiting for a peer to listen fail now with `why`, and so does
+  // every later one; open connections and listeners are untouched. For a process whose job has
+  // failed: no peer it waits for is coming (a server that ended with the job would otherwise be
+  // retried until the caller's deadline). Thread-safe, callable from any thread, never blocks.
+  // A backend that connects through another transport forwards it.
+  virtual void CancelConnects(const Status& why) { (void)why; }
 };
 
 std::unique_ptr<Transport> CreateTcpTransport(const TransportOptions& options);

@@ -48,7 +48,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
     }
   }
   e->StartPipeline();
-  if (config.distributed()) BYTEPS_RETURN_IF_ERROR(e->TuneAtStart());
+  if (config.distributed()) {
+    if (Status st = e->TuneAtStart(); !st.ok()) {
+      // E.g. another pinned partition size, or servers this process cannot reach with its
+      // BYTEPS_TRANSPORT: the others learn it now, not when this process's connection drops.
+      e->FailJob(st);
+      return st;
+    }
+  }
   return e;
 }
 
@@ -102,7 +109,8 @@ Status Engine::Connect() {
   lo.reconnect_timeout_s = config_.reconnect_timeout_s;
   lo.host_rank = host_rank_;
   auto links = std::make_unique<server_links::ServerLinks>(transport_.get(), cluster_->servers(), lo,
-                                                           [this](const Status& st) { FailAll(st); });
+                                                           [this](const Status& st) { FailAll(st); },
+                                                           [this](const Status& st) { FailJob(st); });
   std::lock_guard<std::mutex> lock(mu_);
   links_ = std::move(links);
   return Status::Ok();
@@ -229,7 +237,18 @@ void Engine::FailAll(const Status& st) {
   if (failure_.ok()) failure_ = st;
   if (loop_) loop_->FailAll(st);  // before the pipeline exists, StartPipeline applies failure_
   if (links_) links_->Fail(st);
+  // A connection still being opened (a server that ended with the job is retried until the start
+  // deadline otherwise) fails now; the control transport keeps its own, to hear the scheduler.
+  if (transport_) transport_->CancelConnects(st);
   if (local_) local_->FailAll(st);
+}
+
+void Engine::FailJob(const Status& st) {
+  FailAll(st);
+  // Held: Shutdown releases cluster_ only after setting shut_down_ under mu_. Finish with a
+  // failure only sends (it never waits), and the client never calls into us holding its lock.
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!shut_down_ && cluster_) (void)cluster_->Finish(st);
 }
 
 Status Engine::Shutdown() {

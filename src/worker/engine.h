@@ -123,6 +123,10 @@ class Engine {
                                                        int passes = 0);
   void RecordSettings(size_t partition_bytes);  // for `byteps info` (job_files.h); under mu_
   void FailAll(const Status& st);
+  // A failure the job cannot go on after (a round that can never complete, a start-up that failed
+  // after the rendezvous): FailAll, and tell the scheduler now, which ends the job on every node
+  // naming it (instead of the others waiting for BYTEPS_TIMEOUT or this process's disconnect).
+  void FailJob(const Status& st);
 
   config::Config config_;
   int rank_ = 0;

@@ -449,6 +449,28 @@ TEST_P(TransportTest, ConnectToClosedPortTimesOut) {
   EXPECT_LT(took, 1.0) << "Connect overran its 0.7 s timeout";
 }
 
+// A process whose job failed stops waiting for peers: a Connect retrying a refused port fails at
+// once with the reason, and so does every later one; open connections keep working.
+TEST_P(TransportTest, CancelConnectsEndsAWaitingConnectAndEveryLaterOne) {
+  RawSocket bound;  // holds the port without listening: connections are refused
+  ASSERT_TRUE(bound.Bind(/*listen=*/false));
+  auto start = Clock::now();
+  auto waiting = std::async(std::launch::async,
+                            [&] { return client_->Connect("127.0.0.1", bound.port, &side_handler_, 20.0); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it retry a few times first
+  client_->CancelConnects(Aborted("the scheduler ended the job: worker 1 failed"));
+  ASSERT_EQ(waiting.wait_for(kWait), std::future_status::ready) << "Connect still waiting";
+  auto conn = waiting.get();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+  ASSERT_FALSE(conn.ok());
+  ExpectError(conn.status(), StatusCode::kAborted, "the scheduler ended the job: worker 1 failed");
+  auto later = client_->Connect("127.0.0.1", port_, &side_handler_, 20.0);  // even to a live listener
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.status().code(), StatusCode::kAborted) << later.status().ToString();
+  ASSERT_TRUE(conn_->SendCopy(Hdr(7, 3), "abc").ok());  // the open connection is untouched
+  ASSERT_TRUE(server_handler_.WaitFrames(1));
+}
+
 TEST_P(TransportTest, ListenOnUsedPortFails) {
   Recorder h;
   auto other = Make(opts_);

@@ -178,6 +178,8 @@ class ShmTransportImpl final : public ShmTransport {
     return control_->ConnectLocal(name, handler, timeout_s);
   }
 
+  void CancelConnects(const Status& why) override { control_->CancelConnects(why); }
+
   void Shutdown() override {
     control_->Shutdown();  // closes every control connection: their shared-memory ones close with them
     std::lock_guard<std::mutex> lock(mu_);

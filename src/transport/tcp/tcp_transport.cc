@@ -71,6 +71,11 @@ class TcpTransport : public Transport {
     return bound;
   }
 
+  Status Cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancel_;
+  }
+
   StatusOr<std::shared_ptr<Connection>> ConnectWithRetry(const std::function<StatusOr<int>(double)>& once,
                                                          const std::string& what, Handler* handler,
                                                          double timeout_s) {
@@ -83,6 +88,7 @@ class TcpTransport : public Transport {
     for (;;) {
       double left = std::chrono::duration<double>(deadline - Clock::now()).count();
       if (left <= 0) break;
+      if (Status cancelled = Cancelled(); !cancelled.ok()) return cancelled;
       auto fd = once(left);
       if (fd.ok()) {
         auto adopted = Adopt(fd.value(), handler, /*accepted=*/false);
@@ -113,8 +119,9 @@ class TcpTransport : public Transport {
       // the transport's own condition so Shutdown() can interrupt it.
       std::unique_lock<std::mutex> lock(mu_);
       if (shutdown_) return Aborted("transport is shutting down");
-      // Never sleep past the deadline: the caller's timeout is a promise.
-      cv_.wait_for(lock, std::min<std::chrono::duration<double>>(backoff, std::chrono::duration<double>(left)));
+      // Never sleep past the deadline: the caller's timeout is a promise. CancelConnects wakes it.
+      cv_.wait_for(lock, std::min<std::chrono::duration<double>>(backoff, std::chrono::duration<double>(left)),
+                   [&] { return shutdown_ || !cancel_.ok(); });
       backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
     }
     return DeadlineExceeded(fmt::format("could not connect to {} within {:.1f} s (last error: {})", what,
@@ -122,6 +129,14 @@ class TcpTransport : public Transport {
   }
 
  public:
+
+  void CancelConnects(const Status& why) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancel_.ok()) cancel_ = why.ok() ? Aborted("connecting was cancelled") : why;
+    }
+    cv_.notify_all();
+  }
 
   void Shutdown() override {
     std::vector<std::shared_ptr<TcpConnection>> conns;
@@ -244,6 +259,7 @@ class TcpTransport : public Transport {
   std::mutex mu_;
   std::condition_variable cv_;
   bool shutdown_ = false;                              // guarded by mu_
+  Status cancel_;                                      // guarded by mu_; not OK: CancelConnects
   std::vector<int> listen_fds_;                        // guarded by mu_
   std::vector<std::weak_ptr<TcpConnection>> conns_;    // guarded by mu_
   std::thread reaper_;

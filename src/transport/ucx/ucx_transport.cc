@@ -206,6 +206,8 @@ class UcxTransportImpl final : public Transport {
     return control_->ConnectLocal(name, handler, timeout_s);
   }
 
+  void CancelConnects(const Status& why) override { control_->CancelConnects(why); }
+
   void Shutdown() override {
     control_->Shutdown();  // every TCP connection closes: the UCX ones beside them close too
     for (auto& w : workers_) w->Stop(Unavailable("the UCX transport shut down"));

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "protocol/error_frame.h"
 #include "protocol/key_layout.h"
 
 namespace byteps::worker::server_links {
@@ -15,10 +16,12 @@ using protocol::Header;
 using protocol::Opcode;
 
 ServerLinks::ServerLinks(transport::Transport* transport, std::vector<protocol::NodeInfo> servers,
-                         const LinkOptions& options, std::function<void(const Status&)> on_failure)
+                         const LinkOptions& options, std::function<void(const Status&)> on_failure,
+                         std::function<void(const Status&)> on_job_failure)
     : transport_(transport),
       options_(options),
       on_failure_(std::move(on_failure)),
+      on_job_failure_(std::move(on_job_failure)),
       per_server_(std::max(1, options.connections_per_server)) {
   for (auto& node : servers) links_.push_back(Link{std::move(node), {}, {}, {}});
 }
@@ -94,8 +97,20 @@ StatusOr<std::shared_ptr<transport::Connection>> ServerLinks::Open(int server, d
 }
 
 void ServerLinks::SetLeaving() {
-  std::lock_guard<std::mutex> lock(mu_);
-  leaving_ = true;
+  std::vector<std::shared_ptr<transport::Connection>> first;  // one connection to each server
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (leaving_) return;
+    leaving_ = true;
+    for (const Link& link : links_)
+      if (!link.conns.empty()) first.push_back(link.conns.front());
+  }
+  Header h;
+  h.opcode = Opcode::kLeave;
+  h.sender = static_cast<uint32_t>(options_.host_rank);
+  // A connection that is down cannot carry it: that server then learns of the end from the
+  // scheduler, as before.
+  for (auto& c : first) (void)c->SendCopy(h, "");
 }
 
 void ServerLinks::Fail(const Status& failure) {
@@ -158,6 +173,11 @@ StatusOr<transport::RecvBuffer> ServerLinks::OnHeader(transport::Connection& c, 
 }
 
 void ServerLinks::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  if (h.opcode == Opcode::kError && (h.flags & protocol::kFlagJobFatal) && on_job_failure_) {
+    // Before the stage completes the request: by the time the caller sees this error, the engine
+    // has failed and told the scheduler, so a shutdown() right after it cannot leave "cleanly".
+    on_job_failure_(protocol::StatusFromErrorFrame(h, std::string(reinterpret_cast<const char*>(b.data), b.size)));
+  }
   client_->OnReplyFrame(c, h, std::move(b));
 }
 

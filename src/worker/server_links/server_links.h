@@ -36,8 +36,11 @@ class ServerLinks : public DataPlane, public transport::Handler {
  public:
   // `transport` is borrowed and must outlive this object's Shutdown. `on_failure` runs (on the
   // reconnect thread) when a link cannot be re-established: the job cannot go on.
+  // `on_job_failure` runs (on an I/O thread) when a server answers with a job-fatal error (a
+  // round that can never complete: protocol::kFlagJobFatal), before the push-pull stage gets it.
   ServerLinks(transport::Transport* transport, std::vector<protocol::NodeInfo> servers, const LinkOptions& options,
-              std::function<void(const Status&)> on_failure);
+              std::function<void(const Status&)> on_failure,
+              std::function<void(const Status&)> on_job_failure = nullptr);
   ~ServerLinks() override;
 
   // Replies and connection losses go to `client` from now on (set once, before Connect).
@@ -49,7 +52,9 @@ class ServerLinks : public DataPlane, public transport::Handler {
   // tuning. Never closes any. Errors: a connection that cannot be opened (the start deadline).
   Status Widen(int per_server);
   int connections_per_server() const { return per_server_.load(std::memory_order_acquire); }
-  // The job is ending (Finish sent): servers hanging up once nothing is in flight is expected.
+  // This worker is leaving the job (nothing in flight; Finish follows): tells every server
+  // (Leave: a round this worker has not pushed can never complete), and from now on servers
+  // hanging up once nothing is in flight is expected.
   void SetLeaving();
   // The job failed: stop reconnecting.
   void Fail(const Status& failure);
@@ -95,6 +100,7 @@ class ServerLinks : public DataPlane, public transport::Handler {
   transport::Transport* transport_;
   const LinkOptions options_;
   std::function<void(const Status&)> on_failure_;
+  std::function<void(const Status&)> on_job_failure_;
   DataClient* client_ = nullptr;
 
   mutable std::mutex mu_;

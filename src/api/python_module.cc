@@ -27,6 +27,16 @@ int Check(int rc) {
   return rc;
 }
 
+// Runs a C ABI call without Python's GIL: almost any of them can wait (the first call after
+// byteps_lazy_init joins the job; Enqueue can wait for the tuner's agreement or a device group's
+// start-up), and other Python threads must run meanwhile. Errors are raised once the GIL is back
+// (the C API's last error is per thread, so it survives the switch).
+template <typename F>
+auto NoGil(F&& call) {
+  py::gil_scoped_release nogil;
+  return call();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -34,67 +44,45 @@ PYBIND11_MODULE(_core, m) {
   static py::exception<std::runtime_error> err(m, "BytePSError", PyExc_RuntimeError);
   g_error_type = err.ptr();
 
-  m.def("init", [] {
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = byteps_init();
-    }
-    Check(rc);
-  });
-  m.def("shutdown", [] {
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = byteps_shutdown();
-    }
-    Check(rc);
-  });
-  m.def("lazy_init", [] { Check(byteps_lazy_init()); });
-  m.def("suspend", [] {
-    int rc;
-    {
-      py::gil_scoped_release nogil;
-      rc = byteps_suspend();
-    }
-    Check(rc);
-  });
+  m.def("init", [] { Check(NoGil([] { return byteps_init(); })); });
+  m.def("shutdown", [] { Check(NoGil([] { return byteps_shutdown(); })); });
+  m.def("lazy_init", [] { Check(NoGil([] { return byteps_lazy_init(); })); });
+  m.def("suspend", [] { Check(NoGil([] { return byteps_suspend(); })); });
   m.def(
       "resume",
       [](int num_workers, int num_servers, int global_rank) {
-        int rc;
-        {
-          py::gil_scoped_release nogil;
-          rc = byteps_resume(num_workers, num_servers, global_rank);
-        }
-        Check(rc);
+        Check(NoGil([&] { return byteps_resume(num_workers, num_servers, global_rank); }));
       },
       py::arg("num_workers"), py::arg("num_servers"), py::arg("global_rank") = -1);
   m.def("get_pushpull_speed", [] {
     int64_t ms = 0;
     double mbps = 0;
-    Check(byteps_get_pushpull_speed(&ms, &mbps));
+    Check(NoGil([&] { return byteps_get_pushpull_speed(&ms, &mbps); }));
     return py::make_tuple(ms, mbps);
   });
   m.def("is_initialized", [] { return byteps_is_initialized() != 0; });
-  m.def("rank", [] { return Check(byteps_rank()); });
-  m.def("size", [] { return Check(byteps_size()); });
-  m.def("local_rank", [] { return Check(byteps_local_rank()); });
-  m.def("local_size", [] { return Check(byteps_local_size()); });
-  m.def("declare", [](const std::string& name) { return Check(byteps_declare(name.c_str())); }, py::arg("name"));
+  m.def("rank", [] { return Check(NoGil([] { return byteps_rank(); })); });
+  m.def("size", [] { return Check(NoGil([] { return byteps_size(); })); });
+  m.def("local_rank", [] { return Check(NoGil([] { return byteps_local_rank(); })); });
+  m.def("local_size", [] { return Check(NoGil([] { return byteps_local_size(); })); });
+  m.def(
+      "declare", [](const std::string& name) { return Check(NoGil([&] { return byteps_declare(name.c_str()); })); },
+      py::arg("name"));
   m.def(
       "declare_tensor",
       [](const std::string& name, size_t nbytes, int dtype) {
-        return Check(byteps_declare_tensor(name.c_str(), nbytes, dtype));
+        return Check(NoGil([&] { return byteps_declare_tensor(name.c_str(), nbytes, dtype); }));
       },
       py::arg("name"), py::arg("nbytes"), py::arg("dtype"));
   m.def(
       "push_pull_async",
       [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes, int dtype, bool average,
          int priority, int device_kind, int device_index, uintptr_t stream) {
-        byteps_handle_t h = byteps_push_pull_async_on(
-            name.c_str(), reinterpret_cast<const void*>(input), reinterpret_cast<void*>(output), nbytes, dtype,
-            average ? 1 : 0, priority, device_kind, device_index, reinterpret_cast<void*>(stream));
+        byteps_handle_t h = NoGil([&] {
+          return byteps_push_pull_async_on(name.c_str(), reinterpret_cast<const void*>(input),
+                                           reinterpret_cast<void*>(output), nbytes, dtype, average ? 1 : 0, priority,
+                                           device_kind, device_index, reinterpret_cast<void*>(stream));
+        });
         if (h < 0) Raise();
         return h;
       },
@@ -109,9 +97,11 @@ PYBIND11_MODULE(_core, m) {
       "allgather_async",
       [](const std::string& name, uintptr_t input, size_t slice_bytes, uintptr_t output, size_t total_bytes,
          size_t slice_offset, int dtype, int priority, int device_kind, int device_index, uintptr_t stream) {
-        byteps_handle_t h = byteps_allgather_async_on(
-            name.c_str(), reinterpret_cast<const void*>(input), slice_bytes, reinterpret_cast<void*>(output),
-            total_bytes, slice_offset, dtype, priority, device_kind, device_index, reinterpret_cast<void*>(stream));
+        byteps_handle_t h = NoGil([&] {
+          return byteps_allgather_async_on(name.c_str(), reinterpret_cast<const void*>(input), slice_bytes,
+                                           reinterpret_cast<void*>(output), total_bytes, slice_offset, dtype, priority,
+                                           device_kind, device_index, reinterpret_cast<void*>(stream));
+        });
         if (h < 0) Raise();
         return h;
       },
@@ -122,24 +112,20 @@ PYBIND11_MODULE(_core, m) {
       "broadcast_async",
       [](const std::string& name, uintptr_t buffer, size_t nbytes, int dtype, int root_rank, int priority,
          int device_kind, int device_index, uintptr_t stream) {
-        byteps_handle_t h = byteps_broadcast_async_on(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype,
-                                                      root_rank, priority, device_kind, device_index,
-                                                      reinterpret_cast<void*>(stream));
+        byteps_handle_t h = NoGil([&] {
+          return byteps_broadcast_async_on(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype, root_rank,
+                                           priority, device_kind, device_index, reinterpret_cast<void*>(stream));
+        });
         if (h < 0) Raise();
         return h;
       },
       py::arg("name"), py::arg("buffer"), py::arg("nbytes"), py::arg("dtype"), py::arg("root_rank"),
       py::arg("priority") = 0, py::arg("device_kind") = 0, py::arg("device_index") = 0, py::arg("stream") = 0);
-  m.def("poll", [](int64_t h) { return Check(byteps_poll(h)) == 1; }, py::arg("handle"));
+  m.def("poll", [](int64_t h) { return Check(NoGil([&] { return byteps_poll(h); })) == 1; }, py::arg("handle"));
   m.def(
       "wait",
       [](int64_t h, double timeout) {
-        int rc;
-        {
-          py::gil_scoped_release nogil;
-          rc = byteps_wait(h, timeout);
-        }
-        Check(rc);
+        Check(NoGil([&] { return byteps_wait(h, timeout); }));
       },
       py::arg("handle"), py::arg("timeout") = -1.0);
   m.def("release", [](int64_t h) { byteps_release(h); }, py::arg("handle"));

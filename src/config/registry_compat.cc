@@ -37,10 +37,23 @@ constexpr const char* kWhyDebug =
 constexpr const char* kWhyIpc =
     "processes of one host (a colocated worker and server) use shared memory by default (BYTEPS_TRANSPORT=auto); "
     "the receiver copies straight from the sender's memory, with no copy threads; BYTEPS_TRANSPORT=tcp turns it off";
+// What the original's RDMA / UCX knobs mean here depends on the build (a test checks each against
+// transport::TransportBuilt).
+#ifdef BYTEPS_CONFIG_UCX_BUILT
 constexpr const char* kWhyRdma =
-    "RDMA is not in this build: the job runs over TCP";
+    "byteps has no verbs transport of its own to tune: RDMA goes through UCX (DMLC_ENABLE_RDMA or "
+    "BYTEPS_TRANSPORT=ucx), which UCX's own variables tune (UCX_TLS, UCX_IB_*, UCX_RNDV_THRESH, ...)";
 constexpr const char* kWhyUcx =
-    "the UCX transport is not in this build: the job runs over TCP";
+    "byteps' UCX transport chooses its own protocols and order (eager below 64 KiB, rendezvous above, frames "
+    "in send order, reconnects through BYTEPS_RECONNECT_TIMEOUT); tune UCX itself with its UCX_* variables";
+#else
+constexpr const char* kWhyRdma =
+    "RDMA is not in this build (it comes through the UCX transport: install libucx-dev and rebuild); the job "
+    "runs over BYTEPS_TRANSPORT (auto: TCP between hosts, shared memory within one)";
+constexpr const char* kWhyUcx =
+    "the UCX transport is not in this build (install libucx-dev and rebuild); the job runs over "
+    "BYTEPS_TRANSPORT (auto: TCP between hosts, shared memory within one)";
+#endif
 constexpr const char* kWhyZmq =
     "byteps has its own TCP transport, not ZeroMQ (see BYTEPS_IO_THREADS, BYTEPS_MAX_CONNECTIONS)";
 constexpr const char* kWhyOrdered =

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/crc32c.h"
+#include "config/config.h"
 #include "common/little_endian.h"
 #include "protocol/auth.h"
 
@@ -627,6 +628,24 @@ TransportOptions Secure(const std::string& secret, bool checksum = false) {
   o.secret = secret;
   o.checksum = checksum;
   return o;
+}
+
+// The warnings for the original's RDMA / UCX knobs say what this build does with them: with UCX,
+// that UCX tunes itself through its own variables; without, that it is not built (and how to get
+// it). Never "the job runs over TCP" where RDMA would in fact run.
+TEST(TransportBuildTest, TheOriginalsRdmaAndUcxKnobsAreWordedForThisBuild) {
+  const bool ucx = TransportBuilt(TransportKind::kUcx);
+  for (const char* name : {"BYTEPS_RDMA_RX_DEPTH", "BYTEPS_PRINT_RDMA_LOG", "BYTEPS_UCX_SHORT_THRESH",
+                           "BYTEPS_UCX_RECONNECT_TMO"}) {
+    SCOPED_TRACE(name);
+    auto c = config::Load(config::Environment{{name, "4"}});
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_EQ(c->warnings.size(), 1u);
+    const std::string& w = c->warnings[0];
+    EXPECT_EQ(w.find("not in this build") == std::string::npos, ucx) << w;
+    EXPECT_EQ(w.find("the job runs over TCP"), std::string::npos) << w;
+    EXPECT_NE(w.find(ucx ? "UCX_" : "install libucx-dev and rebuild"), std::string::npos) << w;
+  }
 }
 
 TEST(TransportAuthTest, WrongSecretIsRefusedAndTheListenerCarriesOn) {

@@ -243,6 +243,8 @@ class _LooksLikeCuda(torch.Tensor):
 
 
 def test_cuda_tensor_message_without_a_gpu(bps):
+    if torch.cuda.is_available():  # its premise; a GPU machine runs scripts/gpu-check.sh's CUDA steps
+        pytest.skip("torch sees a CUDA GPU here: this checks the message on machines without one")
     from byteps import _basics
 
     core = _basics.core()

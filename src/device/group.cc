@@ -14,6 +14,19 @@ std::atomic<bool> g_fake_groups{false};
 
 void EnableFakeGroups(bool on) { g_fake_groups = on; }
 
+Status GroupsStatus(Kind kind) {
+  switch (kind) {
+    case Kind::kFake:
+      return g_fake_groups.load() ? Status::Ok()
+                                  : Precondition("fake groups exist only inside a test that enabled them");
+    case Kind::kCuda:
+      return NcclStatus();
+    case Kind::kCpu:
+      break;
+  }
+  return Precondition("cpu devices form no groups (processes of a host reduce through shared memory)");
+}
+
 bool GroupsAvailable(Kind kind) {
   switch (kind) {
     case Kind::kFake:

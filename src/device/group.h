@@ -37,6 +37,8 @@ class Group {
 // EnableFakeGroups (its groups meet inside one process, so separate processes cannot use them);
 // cpu never.
 bool GroupsAvailable(Kind kind);
+// Why devices of `kind` cannot form groups here, naming what is missing; OK when they can.
+Status GroupsStatus(Kind kind);
 void EnableFakeGroups(bool on);
 // A new group's id (ncclGetUniqueId for cuda), which rank 0 hands to the others out of band.
 StatusOr<std::string> NewGroupId(Kind kind);

@@ -15,6 +15,7 @@ StatusOr<std::unique_ptr<Group>> JoinFakeGroup(std::shared_ptr<Device> device, c
 // formed, and then says what is missing.
 StatusOr<std::string> NewNcclGroupId();
 bool NcclAvailable();
+Status NcclStatus();  // why NCCL groups cannot form here (OK when they can)
 StatusOr<std::unique_ptr<Group>> JoinNcclGroup(std::shared_ptr<Device> device, const std::string& id, int rank,
                                                int size, double timeout_s);
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #endif
 
@@ -23,6 +24,11 @@ namespace byteps::device {
 #if !(defined(BYTEPS_HAVE_CUDA) && defined(BYTEPS_HAVE_NCCL_H))
 
 bool NcclAvailable() { return false; }
+
+Status NcclStatus() {
+  return Precondition("this byteps was built without CUDA and NCCL headers (nccl.h was not found at build time: "
+                      "set BYTEPS_NCCL_HOME, or install NCCL or pip's nvidia-nccl wheel, and rebuild)");
+}
 
 StatusOr<std::string> NewNcclGroupId() {
   return Precondition("this byteps was built without CUDA and NCCL headers: GPU groups (the NCCL local reduce) are "
@@ -56,12 +62,22 @@ const Nccl& Load() {
   static Nccl n;
   static std::once_flag once;
   std::call_once(once, [] {
+    // By name first: LD_LIBRARY_PATH, the system's folders, or the copy torch already loaded (its
+    // pip wheel's, which has this soname). Then the folder the build found it in (BYTEPS_NCCL_HOME,
+    // NCCL_HOME, CUDA's folders or pip's nvidia/nccl/lib at build time).
     void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    std::string first = lib ? "" : dlerror();
     if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+#ifdef BYTEPS_NCCL_LIB_DIR
+    if (!lib) lib = dlopen(BYTEPS_NCCL_LIB_DIR "/libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    const char* searched = " or " BYTEPS_NCCL_LIB_DIR " (where the build found it)";
+#else
+    const char* searched = "";
+#endif
     if (!lib) {
-      n.loaded = Unavailable(fmt::format("NCCL could not be loaded (libnccl.so.2: {}); install NCCL or put its lib "
-                                         "folder on LD_LIBRARY_PATH",
-                                         dlerror()));
+      n.loaded = Unavailable(fmt::format("NCCL could not be loaded (libnccl.so.2 not on the library path{}: {}); "
+                                         "install NCCL or put its lib folder on LD_LIBRARY_PATH",
+                                         searched, first));
       return;
     }
     auto sym = [&](auto* fn, const char* name) {
@@ -134,6 +150,8 @@ class NcclGroup final : public Group {
 }  // namespace
 
 bool NcclAvailable() { return Load().loaded.ok(); }
+
+Status NcclStatus() { return Load().loaded; }
 
 StatusOr<std::string> NewNcclGroupId() {
   const Nccl& n = Load();

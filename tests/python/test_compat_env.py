@@ -78,3 +78,17 @@ def test_byteps_info_config_lists_every_variable_with_its_disposition():
                            capture_output=True, text=True, timeout=30)
     assert ("warning: DMLC_ENABLE_RDMA=1 asks for RDMA (the UCX transport), but BYTEPS_TRANSPORT=tcp is set and wins"
             in plain.stdout), plain.stdout
+
+
+def test_byteps_info_says_whether_gpu_groups_exist_and_why_not():
+    # One line, "gpu groups: nccl" or "gpu groups: none (<what is missing>)", agreeing with the
+    # build's device support (a build without CUDA cannot have them).
+    out = subprocess.run([str(CORE_BINARY), "info"], env=job_env(), capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    line = next((l for l in out.stdout.splitlines() if l.startswith("gpu groups: ")), None)
+    assert line is not None, out.stdout
+    assert line == "gpu groups: nccl" or re.fullmatch(r"gpu groups: none \(.+\)", line), line
+    from byteps import _basics
+    core = _basics.core()
+    if not core.device_built(core.DEVICE_CUDA):
+        assert "built without CUDA" in line, line

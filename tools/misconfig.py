@@ -92,8 +92,11 @@ CASES = [
          ["DMLC_NUM_SERVER=2", "started with 2 and 1"], others_say="the job cannot start"),
     Case("num-worker-on-the-server", True, "server:0", lambda: {"DMLC_NUM_WORKER": "3"},
          ["DMLC_NUM_WORKER=3", "started with 2 and 1"], others_say="the job cannot start"),
+    # Whichever of the two workers registers first holds rank 0; the other is refused, and every
+    # process (that one too) names the duplicate.
     Case("duplicate-worker-id", True, "worker:1", lambda: {"DMLC_WORKER_ID": "0"},
-         ["worker rank 0 is already taken", "duplicate DMLC_WORKER_ID"], others_say="the job cannot start"),
+         ["worker rank 0 is already taken", "duplicate DMLC_WORKER_ID"],
+         others_say="worker rank 0 is already taken"),
     Case("partition-bytes", True, "worker:1", lambda: {"BYTEPS_PARTITION_BYTES": "65536"},
          ["BYTEPS_PARTITION_BYTES=65536 here but worker 0 partitions tensors into"],
          others_say="BYTEPS_PARTITION_BYTES=65536 here"),

@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -149,16 +150,20 @@ TEST(ShmTransport, APeerKilledMidFrameIsDetectedAndNothingIsLeft) {
   GTEST_SKIP() << "forks a multithreaded process that then starts threads, which ThreadSanitizer does not "
                   "support; the plain and ASan runs cover it";
 #endif
-  Sink sink;
-  TransportOptions o;
-  auto server = CreateShmTransport(o);
-  auto port = server->Listen("127.0.0.1", 0, &sink);
-  ASSERT_TRUE(port.ok()) << port.status().ToString();
+  // Fork first, while this process has no threads of its own: a child forked from a process whose
+  // threads may hold a lock (the sanitizers' allocator's, taken by a listener thread that is just
+  // starting) can hang on it. The child learns the port through a pipe.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
   pid_t child = fork();
   if (child == 0) {
+    ::close(pipe_fds[1]);
+    int port = 0;
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1 || ::read(pipe_fds[0], &port, sizeof(port)) != sizeof(port)) _exit(4);
     auto t = CreateShmTransport(TransportOptions{});
     Sink mine;
-    auto c = t->Connect("127.0.0.1", *port, &mine, 5.0);
+    auto c = t->Connect("127.0.0.1", port, &mine, 5.0);
     if (!c.ok()) _exit(2);
     static std::vector<uint8_t> big(256u << 20, 7);
     Header h;
@@ -168,6 +173,14 @@ TEST(ShmTransport, APeerKilledMidFrameIsDetectedAndNothingIsLeft) {
     raise(SIGKILL);
   }
   ASSERT_GT(child, 0);
+  ::close(pipe_fds[0]);
+  Sink sink;
+  auto server = CreateShmTransport(TransportOptions{});
+  auto port = server->Listen("127.0.0.1", 0, &sink);
+  const int port_number = port.ok() ? *port : 0;
+  ASSERT_EQ(::write(pipe_fds[1], &port_number, sizeof(port_number)), static_cast<ssize_t>(sizeof(port_number)));
+  ::close(pipe_fds[1]);
+  ASSERT_TRUE(port.ok()) << port.status().ToString();
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the child did not get to send (exit " << WEXITSTATUS(status) << ")";

@@ -48,7 +48,9 @@ bool CheckHeader(const uint8_t* data, size_t size) {
   auto widest = protocol::DecodeHeader(data, size, kNoLimit);
   if (!widest.ok()) {
     // Refused without a limit: refused with every limit (checking one keeps this path cheap).
-    FUZZ_CHECK(widest.status().code() == StatusCode::kProtocol);
+    // Another release's header is InvalidArgument (no retry fixes it); anything else ProtocolError.
+    FUZZ_CHECK(widest.status().code() == StatusCode::kProtocol ||
+               (widest.status().code() == StatusCode::kInvalidArgument && protocol::IsWireVersionMismatch(data, size)));
     FUZZ_CHECK(!widest.status().message().empty());
     FUZZ_CHECK(!protocol::DecodeHeader(data, size, 0).ok());
     return false;

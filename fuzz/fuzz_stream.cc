@@ -150,6 +150,18 @@ Expected ReferenceParse(const Config& cfg, const protocol::AuthNonce& conn_nonce
   while (size - pos >= protocol::kHeaderSize) {
     auto h = protocol::DecodeHeader(data + pos, protocol::kHeaderSize,
                                     authenticated ? kMaxPayload : kPreAuthMaxPayload);
+    if (!h.ok() && h.status().code() == StatusCode::kInvalidArgument) {
+      // Another release: an accepted connection answers with one header of its own version.
+      if (cfg.accepted) {
+        Header answer;
+        answer.opcode = Opcode::kError;
+        uint8_t bytes[protocol::kHeaderSize];
+        protocol::EncodeHeader(answer, bytes);
+        e.sent.insert(e.sent.end(), bytes, bytes + protocol::kHeaderSize);
+      }
+      e.end = StatusCode::kInvalidArgument;
+      return e;
+    }
     if (!h.ok()) return fail();
     pos += protocol::kHeaderSize;
     const Header& hd = h.value();
@@ -157,6 +169,10 @@ Expected ReferenceParse(const Config& cfg, const protocol::AuthNonce& conn_nonce
     if (cfg.checksum && !has_trailer) return fail();
     const bool internal = IsAuth(hd.opcode) || !authenticated;
     if (internal) {
+      if (!cfg.secret && IsAuth(hd.opcode)) {  // the peer has a secret, we have none: a setting
+        e.end = StatusCode::kInvalidArgument;
+        return e;
+      }
       if (!cfg.secret || !IsAuth(hd.opcode) || authenticated) return fail();
       if (hd.opcode == Opcode::kAuthChallenge && challenged) return fail();
       if (hd.opcode == Opcode::kAuthResponse && !challenged) return fail();

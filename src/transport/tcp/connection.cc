@@ -275,7 +275,11 @@ Status TcpConnection::ParseStaged() {
       const bool authenticated = authenticated_.load();
       auto h = protocol::DecodeHeader(at, avail, authenticated ? options_.max_payload : UINT64_MAX);
       if (!h.ok()) {
-        if (options_.accepted && protocol::IsWireVersionMismatch(at, avail)) AnswerOtherVersion();
+        // Another release (not a damaged header that also has another version byte).
+        if (options_.accepted && h.status().code() == StatusCode::kInvalidArgument &&
+            protocol::IsWireVersionMismatch(at, avail)) {
+          AnswerOtherVersion();
+        }
         return h.status().WithContext(fmt::format("frame from {}", peer_name()));
       }
       BYTEPS_RETURN_IF_ERROR(CheckSizeBeforeAuth(h.value()));  // checked before anything is allocated

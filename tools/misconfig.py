@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from byteps.launcher.ports import free_port
 from tools.localjob import CORE_BINARY, hermetic_env, write_script
 
 PYTHON = sys.executable
@@ -51,12 +51,6 @@ print("SHUT DOWN CLEANLY", flush=True)
 
 SECRET = {"BYTEPS_JOB_SECRET": "the-job-secret"}
 LABELS = ("scheduler", "server:0", "worker:0", "worker:1")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -60,9 +60,8 @@ def ucx_built() -> bool:
     """Whether this build has the UCX transport (`byteps info` lists the transports built)."""
     if missing_core():
         return False
-    out = subprocess.run([str(CORE_BINARY), "info"], env=job_env(), capture_output=True, text=True, timeout=30)
-    line = next((l for l in out.stdout.splitlines() if l.startswith("transports built:")), "")
-    return "ucx" in line.split()
+    from tools import misconfig
+    return misconfig.ucx_built()
 
 
 def wait_until_polled_done(bps, handles, timeout: float = 30.0) -> None:

@@ -14,6 +14,7 @@
 #include "cluster/role_main.h"
 #include "common/logging.h"
 #include "config/config.h"
+#include "device/cuda_runtime.h"
 #include "device/group.h"
 #include "config/parse.h"
 #include "server/role_main.h"
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
     // GPU groups (the NCCL local reduce of a host's GPUs): whether this build and machine have them.
     const auto groups = byteps::device::GroupsStatus(byteps::device::Kind::kCuda);
     fmt::print("gpu groups: {}\n", groups.ok() ? "nccl" : "none (" + groups.message() + ")");
+    fmt::print("cuda runtime: {}\n", byteps::device::CudaRuntimeDescription());
     for (const std::string& w : c->warnings) fmt::print("warning: {}\n", w);
     PrintChosenSettings(c.value());
     return 0;

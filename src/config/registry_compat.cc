@@ -15,9 +15,21 @@ constexpr const char* kWhyGdb =
     "bpslaunch does not wrap commands in gdb; run `gdb --args` yourself";
 constexpr const char* kWhyOmp =
     "sums run on byteps' own threads (BYTEPS_SERVER_ENGINE_THREAD on servers), not OpenMP";
+// The NCCL knobs' warning depends on the build too (a test checks it against device::Built and
+// device::GroupsBuilt).
+#if defined(BYTEPS_CONFIG_NCCL_BUILT)
 constexpr const char* kWhyGpu =
     "the GPU path posts one NCCL reduce and broadcast per partition on one communicator per PCIe switch: "
     "there are no NCCL groups, rings or reduce roots to choose";
+#elif defined(BYTEPS_CONFIG_CUDA_BUILT)
+constexpr const char* kWhyGpu =
+    "this build has no GPU groups (nccl.h was not found when it was built: set BYTEPS_NCCL_HOME and rebuild): "
+    "a host's GPUs reduce through the CPU, and there are no NCCL groups, rings or reduce roots to choose";
+#else
+constexpr const char* kWhyGpu =
+    "this build has no CUDA (rebuild with the CUDA toolkit installed): CUDA tensors are refused, and there are "
+    "no NCCL groups, rings or reduce roots to choose";
+#endif
 constexpr const char* kWhyCompress =
     "compression runs in the framework plugin (Compression.fp16), with no core thread pool or size threshold";
 constexpr const char* kWhySocket =

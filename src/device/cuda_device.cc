@@ -1,5 +1,6 @@
 // The cuda backend, over the CUDA runtime API. Compiled only when CMake found the CUDA toolkit
-// (BYTEPS_HAVE_CUDA); otherwise OpenCuda says how to get it. Every call sets the device first, so
+// (BYTEPS_HAVE_CUDA); otherwise OpenCuda says how to get it. The runtime is loaded at run time
+// (cuda_runtime.h), and OpenCuda says so when it cannot be. Every call sets the device first, so
 // it may come from any thread. OnDone uses cudaLaunchHostFunc: the callback runs on CUDA's own
 // thread and must not call CUDA itself (ours only hand work to the dispatcher).
 #include <memory>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "device/backends.h"
+#include "device/cuda_runtime.h"
 #include "device/numa.h"
 #include "device/topology.h"
 
@@ -158,11 +160,13 @@ class CudaDevice final : public Device {
 }  // namespace
 
 StatusOr<std::shared_ptr<Device>> OpenCuda(int index) {
+  if (Status rt = CudaRuntimeStatus(); !rt.ok()) return Unavailable(fmt::format("cuda:{}: {}", index, rt.message()));
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    return Unavailable(fmt::format("cuda:{}: no usable GPU: cudaGetDeviceCount failed: {} ({})", index,
-                                   cudaGetErrorString(err), cudaGetErrorName(err)));
+    // A driver older than the runtime is the usual cause: say which versions met.
+    return Unavailable(fmt::format("cuda:{}: no usable GPU: cudaGetDeviceCount failed: {} ({}); {}", index,
+                                   cudaGetErrorString(err), cudaGetErrorName(err), CudaRuntimeDescription()));
   }
   if (index >= count) {
     return InvalidArgument(fmt::format("cuda:{}: no such GPU ({} visible; CUDA_VISIBLE_DEVICES selects them)", index,

@@ -39,6 +39,18 @@ bool GroupsAvailable(Kind kind) {
   return false;
 }
 
+bool GroupsBuilt(Kind kind) {
+  switch (kind) {
+    case Kind::kFake:
+      return true;
+    case Kind::kCuda:
+      return NcclBuilt();
+    case Kind::kCpu:
+      break;
+  }
+  return false;
+}
+
 StatusOr<std::string> NewGroupId(Kind kind) {
   switch (kind) {
     case Kind::kFake:

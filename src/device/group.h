@@ -37,6 +37,9 @@ class Group {
 // EnableFakeGroups (its groups meet inside one process, so separate processes cannot use them);
 // cpu never.
 bool GroupsAvailable(Kind kind);
+// Whether this build has the group backend of `kind` at all: cuda when NCCL's header was found at
+// build time; fake always; cpu never. (GroupsAvailable also needs libnccl.so.2 at run time.)
+bool GroupsBuilt(Kind kind);
 // Why devices of `kind` cannot form groups here, naming what is missing; OK when they can.
 Status GroupsStatus(Kind kind);
 void EnableFakeGroups(bool on);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -23,6 +24,7 @@ namespace byteps::device {
 
 #if !(defined(BYTEPS_HAVE_CUDA) && defined(BYTEPS_HAVE_NCCL_H))
 
+bool NcclBuilt() { return false; }
 bool NcclAvailable() { return false; }
 
 Status NcclStatus() {
@@ -65,15 +67,22 @@ const Nccl& Load() {
     // By name first: LD_LIBRARY_PATH, the system's folders, or the copy torch already loaded (its
     // pip wheel's, which has this soname). Then the folder the build found it in (BYTEPS_NCCL_HOME,
     // NCCL_HOME, CUDA's folders or pip's nvidia/nccl/lib at build time).
+    // Then $BYTEPS_NCCL_HOME/lib and $NCCL_HOME/lib, as at build time.
     void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     std::string first = lib ? "" : dlerror();
     if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    std::string searched;
 #ifdef BYTEPS_NCCL_LIB_DIR
     if (!lib) lib = dlopen(BYTEPS_NCCL_LIB_DIR "/libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-    const char* searched = " or " BYTEPS_NCCL_LIB_DIR " (where the build found it)";
-#else
-    const char* searched = "";
+    searched = ", " BYTEPS_NCCL_LIB_DIR " (where the build found it)";
 #endif
+    for (const char* var : {"BYTEPS_NCCL_HOME", "NCCL_HOME"}) {
+      const char* home = std::getenv(var);
+      if (lib || home == nullptr || *home == '\0') continue;
+      const std::string path = std::string(home) + "/lib/libnccl.so.2";
+      lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      searched += fmt::format(", {} (${})", path, var);
+    }
     if (!lib) {
       n.loaded = Unavailable(fmt::format("NCCL could not be loaded (libnccl.so.2 not on the library path{}: {}); "
                                          "install NCCL or put its lib folder on LD_LIBRARY_PATH",
@@ -149,6 +158,7 @@ class NcclGroup final : public Group {
 
 }  // namespace
 
+bool NcclBuilt() { return true; }
 bool NcclAvailable() { return Load().loaded.ok(); }
 
 Status NcclStatus() { return Load().loaded; }

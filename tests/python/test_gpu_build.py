@@ -30,6 +30,13 @@ def test_no_binary_links_the_cuda_runtime():
         deps = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30).stdout
         assert "libcudart" not in deps, f"{binary} links the CUDA runtime:\n{deps}"
         assert "libnccl" not in deps, f"{binary} links NCCL:\n{deps}"
+    # The cuda* functions byteps forwards to the loaded runtime stay private to it: the module
+    # exports none, so it never stands in for the runtime torch loaded in the same process.
+    for module in modules:
+        exported = subprocess.run(["nm", "-D", "--defined-only", str(module)], capture_output=True, text=True,
+                                  timeout=30).stdout
+        leaked = [ln for ln in exported.splitlines() if ln.split()[-1].startswith("cuda")]
+        assert not leaked, f"{module} exports CUDA runtime names: {leaked[:5]}"
 
 
 def test_byteps_info_names_the_cuda_runtime_it_loaded_or_why_not():

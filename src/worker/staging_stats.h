@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 
 namespace byteps::worker {
 
@@ -25,6 +26,8 @@ struct StagingStats {
   size_t idle_bytes = 0;     // pinned, free for the next partition that fits
   size_t retired_bytes = 0;  // pinned, last used by a retired key generation (still in use, or about to go)
   size_t buffers = 0;        // pinned buffers allocated now
+  // pinned_bytes by the key generation of the partition that last used (or uses) each buffer.
+  std::map<uint32_t, size_t> pinned_bytes_by_generation;
   uint64_t allocated = 0;    // buffers ever allocated (Device::AllocHost)
   uint64_t reused = 0;       // partitions served from the pool without an allocation
   uint64_t freed = 0;        // buffers freed before shutdown (to make room, or a retired generation's)

@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <future>
+#include <string>
+#include <vector>
 
 #include "device/fake_device.h"
 #include "tests/integration/cluster_harness.h"
@@ -19,8 +21,8 @@ namespace {
 // Per iteration 18 MiB and a bit in 4 tensors: more than 4 x the largest partition candidate
 // (4 MiB), so the tuner counts every iteration.
 constexpr size_t kCounts[] = {(10u << 20) / 4, (5u << 20) / 4, (3u << 20) / 4, 1000};
-constexpr int kMaxIterations = 40;      // the partition phase settles after 10 counted ones
-constexpr int kAfterSettling = 3;       // iterations in the chosen generation
+constexpr int kMaxIterations = 40;  // the partition phase settles after 10 counted ones
+constexpr int kAfterSettling = 3;   // iterations in the chosen generation
 constexpr size_t kIterationBytes = 4 * ((10u << 20) / 4 + (5u << 20) / 4 + (3u << 20) / 4 + 1000);
 
 float Value(int w, size_t i, int it) { return static_cast<float>((w + 1) * (i % 11) + it); }
@@ -29,7 +31,8 @@ struct Outcome {
   int iterations = 0;
   int after_settling = 0;
   std::string report;
-  StagingStats stats;
+  worker::StagingStats settled;  // after the first iteration in the chosen generation
+  worker::StagingStats stats;    // at the end
 };
 
 // Worker `w`'s iterations on fake device `fake`: every tensor enqueued, then every result checked.
@@ -68,10 +71,31 @@ Outcome Train(worker::Engine& e, int w, int n, int fake) {
     }
     out.iterations = it + 1;
     out.report = e.settings_report();
-    if (out.report.find("; online: partition") != std::string::npos) ++out.after_settling;
+    if (out.report.find("; online: partition") != std::string::npos && ++out.after_settling == 1) {
+      out.settled = e.staging_stats();
+    }
   }
   out.stats = e.staging_stats();
   return out;
+}
+
+// The generation the tuner settled on: 0 (the start-up choice) or 1, from the engine's report
+// ("... explores partitions of A and B bytes ...; online: partition C bytes, ..."); 2 if unreadable.
+uint32_t ChosenGeneration(const std::string& report) {
+  size_t a = 0, b = 0, c = 0;
+  const size_t explores = report.find("explores partitions of "), online = report.find("; online: partition ");
+  if (explores == std::string::npos || online == std::string::npos) return 2;
+  if (std::sscanf(report.c_str() + explores, "explores partitions of %zu and %zu", &a, &b) != 2) return 2;
+  if (std::sscanf(report.c_str() + online, "; online: partition %zu", &c) != 1) return 2;
+  return c == a ? 0 : c == b ? 1 : 2;
+}
+
+// "A and B" from the report's "explores partitions of A and B bytes".
+std::string Explored(const std::string& report) {
+  const size_t from = report.find("explores partitions of ");
+  if (from == std::string::npos) return "?";
+  const size_t start = from + 23;
+  return report.substr(start, report.find(" bytes", start) - start);
 }
 
 TEST(PinnedStagingTest, PeakPinnedStaysWithinTheWorkingSetWhileTheTunerSwitchesGenerations) {
@@ -81,18 +105,25 @@ TEST(PinnedStagingTest, PeakPinnedStaysWithinTheWorkingSetWhileTheTunerSwitchesG
   ClusterHarness h(o);
   ASSERT_TRUE(h.StartWorkers().ok());
   std::vector<std::future<Outcome>> fs;
-  for (int w = 0; w < 2; ++w) fs.push_back(std::async(std::launch::async, [&, w] { return Train(h.worker(w), w, 2, 400 + w); }));
+  for (int w = 0; w < 2; ++w) {
+    fs.push_back(std::async(std::launch::async, [&, w] { return Train(h.worker(w), w, 2, 400 + w); }));
+  }
   for (int w = 0; w < 2; ++w) {
     const Outcome out = fs[w].get();
-    const StagingStats& s = out.stats;
+    const worker::StagingStats& s = out.stats;
     ASSERT_EQ(out.after_settling, kAfterSettling)
-        << "worker " << w << ": the partition size did not settle in " << out.iterations << " iterations: " << out.report;
+        << "worker " << w << ": the partition size did not settle in " << out.iterations
+        << " iterations: " << out.report;
     ASSERT_NE(out.report.find("the online tuner explores partitions of"), std::string::npos) << out.report;
-    std::printf("[ staging  ] worker %d, %d iterations of %zu bytes (%s): peak pinned %zu bytes, peak working set %zu "
-                "(x%.3f), budget %zu; %llu allocated, %llu reused, %llu freed; now %zu pinned in %zu buffers\n",
-                w, out.iterations, kIterationBytes, out.report.substr(out.report.find("; online: partition") + 10, 40).c_str(),
-                s.peak_pinned_bytes, s.peak_working_set_bytes,
-                static_cast<double>(s.peak_pinned_bytes) / static_cast<double>(s.peak_working_set_bytes), s.budget_bytes,
+    const size_t online = out.report.find("; online: partition ") + 20;
+    std::printf("[ staging  ] worker %d, %d iterations of %zu bytes, partitions of %s bytes explored, settled on "
+                "generation %u (%zu bytes): peak pinned %zu bytes, peak working set %zu (x%.3f), budget %zu; "
+                "%llu allocated, %llu reused, %llu freed; now %zu pinned in %zu buffers\n",
+                w, out.iterations, kIterationBytes, Explored(out.report).c_str(), ChosenGeneration(out.report),
+                static_cast<size_t>(std::strtoull(out.report.c_str() + online, nullptr, 10)), s.peak_pinned_bytes,
+                s.peak_working_set_bytes,
+                static_cast<double>(s.peak_pinned_bytes) / static_cast<double>(s.peak_working_set_bytes),
+                s.budget_bytes,
                 static_cast<unsigned long long>(s.allocated), static_cast<unsigned long long>(s.reused),
                 static_cast<unsigned long long>(s.freed), s.pinned_bytes, s.buffers);
     // The working set: partitions between copy-in and copy-out's end, at most one iteration.
@@ -102,13 +133,20 @@ TEST(PinnedStagingTest, PeakPinnedStaysWithinTheWorkingSetWhileTheTunerSwitchesG
     EXPECT_LE(s.budget_bytes, s.peak_working_set_bytes + s.peak_working_set_bytes / 4) << "worker " << w;
     // One buffer per key would have held both generations' keys: twice an iteration.
     EXPECT_LT(s.peak_pinned_bytes, kIterationBytes + kIterationBytes / 4 + 1) << "worker " << w;
-    // The generation left behind gave its buffers back: none is pinned now, and what stays pinned
-    // is the chosen generation's working set (reused every iteration, not allocated again).
+    // The generation left behind gave its buffers back: every buffer pinned now is the chosen
+    // generation's (reused every iteration, not allocated again).
+    const uint32_t chosen = ChosenGeneration(out.report);
+    ASSERT_LT(chosen, 2u) << out.report;
     EXPECT_EQ(s.retired_bytes, 0u) << "worker " << w;
+    ASSERT_EQ(s.pinned_bytes_by_generation.size(), 1u) << "worker " << w << ": more than the chosen generation's";
+    EXPECT_EQ(s.pinned_bytes_by_generation.begin()->first, chosen) << "worker " << w;
     EXPECT_GT(s.freed, 0u) << "worker " << w;
     EXPECT_EQ(s.working_set_bytes, 0u) << "worker " << w;
     EXPECT_LE(s.pinned_bytes, s.budget_bytes) << "worker " << w;
     EXPECT_GT(s.reused, s.allocated) << "worker " << w;
+    // Once settled, a round reuses what the last one gave back: nothing is freed (a buffer more
+    // where more partitions overlap than before is all that may be allocated).
+    EXPECT_EQ(s.freed, out.settled.freed) << "worker " << w;
   }
   EXPECT_TRUE(h.ShutdownAll().ok());
 }

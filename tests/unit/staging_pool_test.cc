@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <cstdio>
 #include <numeric>
 #include <thread>
@@ -143,6 +144,7 @@ TEST_F(StagingPoolTest, ARetiredGenerationsBuffersAreFreedNowOrWhenTheirLeasesEn
   EXPECT_EQ(s.freed, 3u);  // the idle ones at once
   EXPECT_EQ(s.pinned_bytes, 8192u);
   EXPECT_EQ(s.retired_bytes, 8192u);
+  EXPECT_EQ(s.pinned_bytes_by_generation, (std::map<uint32_t, size_t>{{0, 8192}}));
   pool_.Release(3);  // its last round ends (perhaps on a device callback: nothing freed there)
   EXPECT_EQ(pool_.stats().idle_bytes, 0u);  // never handed out again
   ASSERT_TRUE(pool_.Acquire(dev_.get(), 10, 1, 8192).ok());  // freed on the next acquisition
@@ -150,6 +152,7 @@ TEST_F(StagingPoolTest, ARetiredGenerationsBuffersAreFreedNowOrWhenTheirLeasesEn
   EXPECT_EQ(s.freed, 4u);
   EXPECT_EQ(s.retired_bytes, 0u);
   EXPECT_EQ(s.pinned_bytes, 8192u);
+  EXPECT_EQ(s.pinned_bytes_by_generation, (std::map<uint32_t, size_t>{{1, 8192}}));
   pool_.Release(10);
 }
 

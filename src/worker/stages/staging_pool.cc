@@ -35,7 +35,8 @@ void StagingPool::CountLease(size_t bytes) {
 
 std::vector<StagingPool::Buffer> StagingPool::TakeDoomed() {
   std::vector<Buffer> out;
-  out.swap(doomed_);
+  for (const auto& [gen, b] : doomed_) out.push_back(b);
+  doomed_.clear();
   return out;
 }
 
@@ -121,7 +122,7 @@ void StagingPool::Release(uint64_t lease) {
   stats_.working_set_bytes -= l.bytes;
   fit_ -= Fit(l.bytes);
   if (retired_.count(l.generation)) {
-    doomed_.push_back(l.buffer);
+    doomed_.emplace_back(l.generation, l.buffer);
   } else {
     idle_.emplace(std::make_pair(l.buffer.dev, l.buffer.size), Idle{l.buffer.ptr, l.generation, ++returns_});
   }
@@ -150,10 +151,17 @@ StagingStats StagingPool::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   StagingStats s = stats_;
   s.budget_bytes = budget_;
-  for (const auto& [size_key, idle] : idle_) s.idle_bytes += size_key.second;
-  for (const Buffer& b : doomed_) s.retired_bytes += b.size;
+  for (const auto& [size_key, idle] : idle_) {
+    s.idle_bytes += size_key.second;
+    s.pinned_bytes_by_generation[idle.generation] += size_key.second;
+  }
+  for (const auto& [gen, b] : doomed_) {
+    s.retired_bytes += b.size;
+    s.pinned_bytes_by_generation[gen] += b.size;
+  }
   for (const auto& [id, l] : leases_) {
     if (retired_.count(l.generation)) s.retired_bytes += l.buffer.size;
+    s.pinned_bytes_by_generation[l.generation] += l.buffer.size;
   }
   return s;
 }

@@ -108,7 +108,8 @@ class StagingPool {
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Lease> leases_;
   IdleMap idle_;
-  std::vector<Buffer> doomed_;   // retired generations' buffers whose leases ended: freed off callbacks
+  // Retired generations' buffers whose leases ended (with the generation): freed off callbacks.
+  std::vector<std::pair<uint32_t, Buffer>> doomed_;
   std::set<uint32_t> retired_;
   uint64_t returns_ = 0;
   size_t fit_ = 0;               // sum of Fit(bytes) over the leases

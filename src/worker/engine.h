@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "config/config.h"
 #include "worker/speed_telemetry.h"
+#include "worker/staging_stats.h"
 #include "worker/tensor_request.h"
 
 namespace byteps::cluster {
@@ -80,6 +81,9 @@ class Engine {
   static constexpr uint64_t kMaxExploredBytesPerServer = uint64_t{512} << 20;
   // True once nothing will change the settings any more (no online tuning, or it settled).
   bool settings_settled() const;
+  // The device tensors' pinned staging memory (staging_stats.h); zeros after Shutdown (not
+  // concurrently with it).
+  StagingStats staging_stats() const;
 
   // Declares `name` (same order on every worker). With a size, places its partitions now
   // (byte-balanced over servers).

@@ -15,6 +15,7 @@
 #include "worker/engine.h"
 #include "worker/job_files.h"
 #include "worker/pipeline/dispatch_loop.h"
+#include "worker/pipeline_set.h"
 #include "worker/planning/key_assigner.h"
 #include "worker/server_links/server_links.h"
 #include "worker/tuning/online_tuner.h"
@@ -277,6 +278,11 @@ StatusOr<std::optional<size_t>> Engine::AgreeOnPartition(size_t mine, uint32_t i
     }
     tuning_.store(online_ != nullptr, std::memory_order_release);
   }
+  // The other candidates' generations get no new rounds: what the pipelines hold for their keys
+  // (device tensors' pinned staging) goes once their last rounds are done.
+  for (uint32_t other = 0; other < partition_candidates_.size(); ++other) {
+    if (other != g) pipelines_->RetireGeneration(other);
+  }
   const std::string verdict = fmt::format(
       "{} (worker 0's measurement: {}){}", g == 0 ? "kept the start-up choice" : "measured faster than the start-up choice",
       rank_ == 0 ? report : "shared through the servers", next);
@@ -302,6 +308,8 @@ size_t Engine::credit_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return credit_bytes_;
 }
+
+StagingStats Engine::staging_stats() const { return pipelines_ ? pipelines_->staging_stats() : StagingStats{}; }
 
 bool Engine::settings_settled() const {
   std::lock_guard<std::mutex> lock(plan_mu_);

@@ -87,6 +87,10 @@ PipelineSet::~PipelineSet() {
   staging_.reset();  // then the copies
 }
 
+void PipelineSet::RetireGeneration(uint32_t generation) { staging_->Retire(generation); }
+
+StagingStats PipelineSet::staging_stats() const { return staging_->stats(); }
+
 const pipeline::Pipeline* PipelineSet::For(const TensorRequest& r) const {
   if (!r.device.on_host()) {
     const bool group = groups_ && device::GroupsAvailable(r.device.kind);

@@ -10,7 +10,8 @@
 //   local non-root:               local-reduce -> local-broadcast
 //
 // A device tensor (TensorDevice not on the host) takes copy-in, then the in-place host list of
-// its process, then copy-out: the host stages work in place on a pinned buffer per partition.
+// its process, then copy-out: the host stages work in place on a pinned buffer the partition round
+// leases from the staging pool (stages/staging_pool.h).
 // On a host with several processes whose devices form groups (NCCL; the fake device), it takes
 // the group stages instead of the shared-memory ones (group_stages.h):
 //   local root:     group-reduce -> copy-in -> push-pull | [average] -> copy-out -> group-broadcast
@@ -21,7 +22,7 @@
 //                    root] -> cross-broadcast -> copy-out -> group-broadcast
 //   switch non-root: group-reduce -> group-broadcast
 //
-// Threading: immutable after construction.
+// Threading: immutable after construction (the staging it owns is thread-safe).
 #pragma once
 
 #include <memory>
@@ -31,6 +32,7 @@
 #include "worker/pipeline/dispatch_loop.h"
 #include "worker/pipeline/pipeline.h"
 #include "worker/server_links/data_plane.h"
+#include "worker/staging_stats.h"
 #include "worker/tensor_request.h"
 
 namespace byteps::worker {
@@ -58,6 +60,12 @@ class PipelineSet {
   const pipeline::Pipeline* For(const TensorRequest& request) const;
   // The network stage (the server links' client), or nullptr when this process has none.
   stages::PushPullStage* push_pull() const { return push_pull_; }
+  // The online tuner left key generation `generation` behind for good (planning/key_assigner.h):
+  // what the pipelines hold per key of it goes once its last rounds are done (the device tensors'
+  // pinned staging). Any thread.
+  void RetireGeneration(uint32_t generation);
+  // The device tensors' pinned staging memory (staging_stats.h). Any thread.
+  StagingStats staging_stats() const;
 
  private:
   std::unique_ptr<stages::DeviceStaging> staging_;  // before the stages: they use it until they go

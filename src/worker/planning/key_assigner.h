@@ -50,6 +50,8 @@ struct TensorPlan {
 using protocol::kMaxPartitionsPerTensor;
 using protocol::kMaxTensors;
 inline constexpr uint32_t kMaxGenerations = 16;
+// The generation of a declared key ((generation << 16) | index).
+inline constexpr uint32_t GenerationOf(uint32_t declared_key) { return declared_key >> 16; }
 
 class KeyAssigner {
  public:

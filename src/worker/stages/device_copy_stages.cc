@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "worker/planning/key_assigner.h"
+
 namespace byteps::worker::stages {
 
 void InFlightCopies::Add(pipeline::PartitionTask* t) {
@@ -28,13 +30,16 @@ std::string Where(const pipeline::PartitionTask& t, const device::Device& d) {
 }
 
 // Completes `t` through `sink` once the work queued on `stream` so far is done; `then` runs first
-// on success (on the device's callback thread).
+// on success (on the device's callback thread). The device is then done with the buffer of lease
+// `lease`: its holder (this copy's, or for copy-out the pipeline's) is released, also when the task
+// was failed meanwhile (FailAll completed it before the device finished).
 template <typename Then>
-void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, DeviceStaging::Slot* slot,
-                      device::StreamHandle stream, pipeline::PartitionTask* t, Then then) {
+void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, DeviceStaging* staging, uint64_t lease,
+                      DeviceStaging::Slot* slot, device::StreamHandle stream, pipeline::PartitionTask* t, Then then) {
   in_flight->Add(t);
   device::Device* dev = slot->device.get();  // lives as long as the staging, which outlives the copies
-  Status st = slot->device->OnDone(stream, [sink, in_flight, t, then, dev](Status s) {
+  Status st = slot->device->OnDone(stream, [sink, in_flight, staging, lease, t, then, dev](Status s) {
+    staging->Release(lease);
     if (!in_flight->Take(t)) return;  // failed meanwhile (FailAll): completed already
     if (s.ok()) {
       then();
@@ -42,6 +47,8 @@ void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, Devi
     }
     sink->Complete(t, s.WithContext(Where(*t, *dev)));
   });
+  // Without a callback nobody learns when the device is done with the buffer: it stays leased
+  // (freed at shutdown, after the streams drained).
   if (!st.ok() && in_flight->Take(t)) sink->Complete(t, st.WithContext(Where(*t, *slot->device)));
 }
 
@@ -57,7 +64,8 @@ void DeviceCopyInStage::Start(pipeline::PartitionTask* t) {
   const TensorDevice& d = t->op->request.device;
   auto slot = staging_->For(d.kind, d.index);
   if (!slot.ok()) return sink()->Complete(t, slot.status());
-  auto buf = staging_->Buffer(*slot, t->key, t->len);
+  // The pipeline holds the buffer from here until copy-out finished (or copy-out's Skip).
+  auto buf = staging_->Acquire(*slot, t->id, planning::GenerationOf(t->op->plan->declared_key), t->len);
   if (!buf.ok()) return sink()->Complete(t, buf.status().WithContext(Where(*t, *(*slot)->device)));
   device::Device& dev = *(*slot)->device;
   Status st = t->op->ready_event ? dev.StreamWaitEvent((*slot)->in, t->op->ready_event.get()) : Status::Ok();
@@ -66,7 +74,8 @@ void DeviceCopyInStage::Start(pipeline::PartitionTask* t) {
   if (st.ok() && t->push_len > 0) st = dev.CopyAsync(*buf, t->src, t->push_len, device::CopyKind::kDeviceToHost, (*slot)->in);
   if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
   uint8_t* host = *buf;
-  CompleteWhenDone(sink(), &in_flight_, *slot, (*slot)->in, t, [t, host] {
+  staging_->Hold(t->id);  // the copy's hold, released by its callback
+  CompleteWhenDone(sink(), &in_flight_, staging_, t->id, *slot, (*slot)->in, t, [t, host] {
     t->src = host;
     t->dst = host;
   });
@@ -77,18 +86,33 @@ void DeviceCopyInStage::FailAll(const Status& failure) { FailEvery(sink(), &in_f
 void DeviceCopyOutStage::Start(pipeline::PartitionTask* t) {
   const TensorRequest& r = t->op->request;
   auto slot = staging_->For(r.device.kind, r.device.index);
-  if (!slot.ok()) return sink()->Complete(t, slot.status());
+  if (!slot.ok()) {
+    staging_->Release(t->id);  // nothing was queued: the pipeline's hold ends here
+    return sink()->Complete(t, slot.status());
+  }
   device::Device& dev = *(*slot)->device;
   uint8_t* out = static_cast<uint8_t*>(r.output) + t->offset;
   Status st = t->len > 0 ? dev.CopyAsync(out, t->src, t->len, device::CopyKind::kHostToDevice, (*slot)->out)
                          : Status::Ok();
-  if (st.ok()) st = dev.StreamWaitStream(r.device.stream, (*slot)->out);
-  if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
-  CompleteWhenDone(sink(), &in_flight_, *slot, (*slot)->out, t, [t, out] {
+  if (!st.ok()) {
+    staging_->Release(t->id);
+    return sink()->Complete(t, st.WithContext(Where(*t, dev)));
+  }
+  st = dev.StreamWaitStream(r.device.stream, (*slot)->out);
+  if (!st.ok()) {
+    // The copy is queued: the buffer goes back once it finished (or stays leased without a callback).
+    DeviceStaging* staging = staging_;
+    const uint64_t lease = t->id;
+    (void)dev.OnDone((*slot)->out, [staging, lease](Status) { staging->Release(lease); });
+    return sink()->Complete(t, st.WithContext(Where(*t, dev)));
+  }
+  CompleteWhenDone(sink(), &in_flight_, staging_, t->id, *slot, (*slot)->out, t, [t, out] {
     t->src = out;
     t->dst = out;
   });
 }
+
+void DeviceCopyOutStage::Skip(pipeline::PartitionTask* t, const Status&) { staging_->Release(t->id); }
 
 void DeviceCopyOutStage::FailAll(const Status& failure) { FailEvery(sink(), &in_flight_, failure); }
 

@@ -8,7 +8,9 @@
 //   copy-out  copies the buffer to the partition's place in the output tensor on the host-to-device
 //             stream, makes the framework's stream wait for that copy (work the framework queues
 //             later sees the result, and the GPU never stalls on the CPU), and completes when the
-//             copy is done.
+//             copy is done; the buffer goes back to the pool then (device_staging.h).
+//             A partition that failed before reaching copy-out gives its buffer back in Skip (once
+//             the device finished the copy-in that writes it).
 //
 // Neither stage ever blocks the CPU on the framework's stream. A task failed elsewhere (FailAll)
 // is completed at once; its copy's later callback finds it gone and does nothing.
@@ -54,6 +56,7 @@ class DeviceCopyOutStage : public pipeline::Stage {
   DeviceCopyOutStage(pipeline::StageSink* sink, DeviceStaging* staging)
       : pipeline::Stage("copy-out", sink), staging_(staging) {}
   void Start(pipeline::PartitionTask* task) override;
+  void Skip(pipeline::PartitionTask* task, const Status& failure) override;
   void FailAll(const Status& failure) override;
 
  private:

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "common/logging.h"
 
 namespace byteps::worker::stages {
@@ -11,13 +13,19 @@ constexpr double kDrainS = 30;  // at teardown: how long queued copies may still
 }
 
 DeviceStaging::~DeviceStaging() {
+  std::set<const device::Device*> busy;  // copies may still run there: their buffers stay
   for (auto& [id, slot] : slots_) {
     for (device::StreamHandle s : {slot->in, slot->out}) {
       Status st = slot->device->Drain(s, kDrainS);
-      if (!st.ok()) BYTEPS_LOG(Warning, "{}: copies still queued at shutdown: {}", slot->device->name(), st.message());
+      if (st.ok()) continue;
+      BYTEPS_LOG(Warning, "{}: copies still queued at shutdown: {}", slot->device->name(), st.message());
+      // A stream that failed runs nothing more; one past the deadline may.
+      if (st.code() == StatusCode::kDeadlineExceeded) busy.insert(slot->device.get());
     }
   }
-  for (auto& [id, b] : buffers_) b.slot->device->FreeHost(b.ptr);
+  if (const size_t kept = pool_.FreeAll(busy); kept > 0) {
+    BYTEPS_LOG(Warning, "{} bytes of pinned staging memory stay allocated: copies with them may still run", kept);
+  }
   for (auto& [id, slot] : slots_) {
     slot->device->DestroyStream(slot->in);
     slot->device->DestroyStream(slot->out);
@@ -60,21 +68,6 @@ Status DeviceStaging::RecordReady(pipeline::Operation& op) {
   std::shared_ptr<device::Device> dev = slot->device;
   op.ready_event = std::shared_ptr<void>(ready, [dev](void* e) { dev->DestroyEvent(e); });
   return Status::Ok();
-}
-
-StatusOr<uint8_t*> DeviceStaging::Buffer(Slot* slot, uint64_t key, size_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = buffers_.find({slot, key});
-  if (it != buffers_.end() && it->second.bytes >= bytes) return static_cast<uint8_t*>(it->second.ptr);
-  // A partition key always has one length; a longer one can only come after a re-plan.
-  BYTEPS_ASSIGN_OR_RETURN(void* p, slot->device->AllocHost(bytes));
-  if (it != buffers_.end()) {
-    slot->device->FreeHost(it->second.ptr);
-    it->second = {slot, p, bytes};
-  } else {
-    buffers_.emplace(std::make_pair(slot, key), Staged{slot, p, bytes});
-  }
-  return static_cast<uint8_t*>(p);
 }
 
 }  // namespace byteps::worker::stages

@@ -135,7 +135,7 @@ preflight() {
   os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")
   glibc=$(ldd --version 2>/dev/null | head -1 | grep -o '[0-9.]*$')
   echo "  machine: $os, glibc $glibc, $(nproc) cores; GPUs: ${smi:-none}; driver CUDA ${driver_cuda:-none}; nvcc ${nvcc_v:-none}"
-  echo "  $("$cxx" --version 2>/dev/null | head -1); cmake $v; python ${pyv% *}; torch ${torch:-none}; pybind11 ${PYBIND_DIR:-bundle}"
+  echo "  ${cxx:+$("$cxx" --version 2>/dev/null | head -1)}${cxx:-no C++ compiler}; cmake ${v:-none}; python ${pyv% *}; torch ${torch:-none}; pybind11 ${PYBIND_DIR:-bundle}"
   echo "  bundle: $([ "$USE_BUNDLE" = 1 ] && echo "$BUNDLE" || echo "none (the system's packages)"); nccl.h ${have_h:-none}; libnccl ${have_lib:-none}"
   [ -z "$REPORT_PY" ] && return
   local mj="$WORK/machine.json"

@@ -32,7 +32,9 @@
 # that counts as success here only; no overall time budget (2 cores build slowly), and every built
 # binary must need nothing but the C/C++ runtime and the bundle. --preflight-only stops after the
 # preflight. Other settings: PYTHON (default python3), BUILD_DIR (build-gpu), GPU_BUNDLE (.gpu-bundle),
-# GPU_CHECK_TARGETS ("all" builds everything). Exit status 0 only when the check passed.
+# GPU_CHECK_TARGETS ("all" builds everything), GPU_CHECK_CMAKE_ARGS (more cmake words, last),
+# GPU_CHECK_ALSO_ALLOWED (a rehearsal: a regex of more libraries the binaries may need, as
+# scripts/gpu-rehearsal.sh --ci sets for the optional packages). Exit 0 only when the check passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 REPO=$PWD
@@ -54,9 +56,9 @@ BUNDLE=${GPU_BUNDLE:-$REPO/.gpu-bundle}
 WORK=$BUILD_DIR/gpu-check  # the steps' own files (embedded in the JSON); $OUT keeps two files
 TARGETS=${GPU_CHECK_TARGETS:-byteps_core byteps_python_core device_test cluster_test}
 mkdir -p "$OUT" "$WORK" || exit 1
-rm -f "$WORK"/*.json "$WORK/records.jsonl"
 LOG=$OUT/gpu-check.log
 JSON=$OUT/gpu-check.json
+rm -f "$WORK"/*.json "$WORK/records.jsonl" "$JSON"
 RECORDS=$WORK/records.jsonl
 exec > >(tee "$LOG") 2>&1
 TEE_PID=$!
@@ -145,6 +147,8 @@ build_step() {
   if [ "$USE_BUNDLE" = 1 ]; then
     args+=(-DCMAKE_PREFIX_PATH="$BUNDLE/prefix/usr" -DOPENSSL_ROOT_DIR="$BUNDLE/prefix/usr" -DOPENSSL_USE_STATIC_LIBS=ON)
   fi
+  # shellcheck disable=SC2206  # GPU_CHECK_CMAKE_ARGS: extra words for cmake, last so they win
+  args+=(${GPU_CHECK_CMAKE_ARGS:-})
   local t0 t; t0=$(ms); t=$(step_t build 180)
   [ "$MODE" = rehearsal ] && t=$(step_t build 3600)
   # A fresh cache: nothing found in an earlier configure (elsewhere, or before the bundle) is kept.
@@ -180,7 +184,7 @@ check_libraries() {
     while read -r lib _ path _; do
       if [ "$path" = not ]; then bad+="${f##*/} needs $lib, which is not found, "
       elif [ "$MODE" = rehearsal ] && ! [[ $lib =~ ^(linux-vdso|ld-linux-x86-64|libc|libm|libstdc\+\+|libgcc_s|libpthread|libdl|librt)\.so ]] \
-           && ! [[ $path == "$BUNDLE"/* ]]; then
+           && ! [[ $path == "$BUNDLE"/* ]] && ! [[ $lib =~ ^(${GPU_CHECK_ALSO_ALLOWED:-^})\.so ]]; then
         bad+="${f##*/} needs $lib ($path), which the GPU machine lacks, "
       fi
     done < <(ldd "$f" 2>&1 | grep "=>")

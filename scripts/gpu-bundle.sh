@@ -11,7 +11,7 @@
 #   fmt (libfmt-dev + libfmt9)  headers, CMake config, libfmt.so.9: Debian ships no static libfmt,
 #                               so the shared one travels; the build tree's RPATH finds it
 #   nlohmann-json, CLI11        header-only, CMake configs
-#   OpenSSL (libssl-dev)        headers and the static libcrypto.a/libssl.a (byteps uses libcrypto's
+#   OpenSSL (libssl-dev)        headers and the static libcrypto.a (byteps uses only libcrypto's
 #                               HMAC-SHA256 and RAND_bytes for the job secret, src/protocol/auth.cc);
 #                               static, so nothing depends on the GPU machine's libcrypto.so.3
 #   GTest/GMock                 headers, static libraries, CMake config
@@ -26,6 +26,7 @@ ARCH=x86_64-linux-gnu
 PKGS=(libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libssl-dev libgtest-dev libgmock-dev pybind11-dev
       ninja-build)
 LIMIT_MIB=32  # the working tree with everything it carries must stay under 64 MiB
+LAYOUT="# layout 3: package version deb-sha256, unpacked into prefix/ by scripts/gpu-bundle.sh"  # bump on a change below
 
 [ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] || {
   echo "gpu-bundle: this needs a Debian amd64 machine (dpkg, apt-get): the GPU machine is x86-64" >&2; exit 1; }
@@ -42,19 +43,23 @@ fi
 missing=$(echo "$want" | awk '$2 == "(none)" {print $1}')
 [ -z "$missing" ] || { echo "gpu-bundle: no Debian package named: $missing" >&2; exit 1; }
 
-if [ -f "$BUNDLE/manifest.txt" ] && [ "$(grep -v '^#' "$BUNDLE/manifest.txt" | cut -d' ' -f1,2)" = "$want" ]; then
+if [ -f "$BUNDLE/manifest.txt" ] && [ "$(head -1 "$BUNDLE/manifest.txt")" = "$LAYOUT" ] &&
+   [ "$(grep -v '^#' "$BUNDLE/manifest.txt" | cut -d' ' -f1,2)" = "$want" ]; then
   echo "gpu-bundle: $BUNDLE is up to date ($(du -sh "$BUNDLE" | cut -f1)): ${PKGS[*]}"
   exit 0
 fi
 
+deb_of() { find "$CACHE" -maxdepth 1 -name "${1}_${2//:/%3a}_*.deb" | head -1; }
+fetch=()
+while read -r pkg ver; do [ -n "$(deb_of "$pkg" "$ver")" ] || fetch+=("$pkg=$ver"); done <<<"$want"
+if [ ${#fetch[@]} -gt 0 ]; then
+  (cd "$CACHE" && apt-get -q -o APT::Sandbox::User=root download "${fetch[@]}" >/dev/null)
+fi
 debs=()
 while read -r pkg ver; do
-  file=$(ls "$CACHE/${pkg}_${ver//:/%3a}_"*.deb 2>/dev/null | head -1 || true)
-  if [ -z "$file" ]; then
-    (cd "$CACHE" && apt-get -q -o APT::Sandbox::User=root download "$pkg=$ver" >/dev/null)
-    file=$(ls "$CACHE/${pkg}_${ver//:/%3a}_"*.deb | head -1)
-  fi
-  debs+=("$file")
+  f=$(deb_of "$pkg" "$ver")
+  [ -n "$f" ] || { echo "gpu-bundle: apt-get download left no .deb of $pkg $ver in $CACHE" >&2; exit 1; }
+  debs+=("$f")
 done <<<"$want"
 
 stage=$(mktemp -d)
@@ -71,15 +76,17 @@ if [ -d "$u/include/$ARCH/openssl" ]; then
   cp -a "$u/include/$ARCH/openssl/." "$u/include/openssl/"
   rm -rf "${u:?}/include/$ARCH"
 fi
-# libcrypto.so/libssl.so point at the runtime package, which is not bundled: the static archives
-# are what CMake must find.
-find "$u" -xtype l -print -delete | sed 's|^|gpu-bundle: dropped the dangling link |'
+# byteps links libcrypto only (find_package(OpenSSL COMPONENTS Crypto)): libssl.a stays out.
+rm -f "$u/lib/$ARCH/libssl.a"
+# libcrypto.so/libssl.so point at the runtime package, which is not bundled: the static archive
+# is what CMake must find.
+find "$u" -xtype l -print -delete | sed "s|^$u/|gpu-bundle: dropped the dangling link usr/|"
 
 rm -rf "$BUNDLE.new"
 mkdir -p "$BUNDLE.new"
 mv "$stage/x" "$BUNDLE.new/prefix"
 {
-  echo "# package version deb-sha256: unpacked into prefix/ by scripts/gpu-bundle.sh"
+  echo "$LAYOUT"
   i=0
   while read -r pkg ver; do
     echo "$pkg $ver $(sha256sum "${debs[$i]}" | cut -d' ' -f1)"

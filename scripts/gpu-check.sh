@@ -228,6 +228,7 @@ bench_step() {
     run_timed "bench-$dev" "$t" "$PY" -m byteps.launcher.bpsrun -n 1 -s 1 --force-distributed --timeout "$((t - 3))" \
       -- "$REPO/python/byteps/_bin/byteps-core" bench --min-bytes 4M --max-bytes 64M --step-factor 4 --iters 10 \
       --device "$dev" --json "$WORK/bench-$dev.json"
+    if [ "$RC" -eq -1 ]; then record bench failed "$(secs_since "$t0")" "$(rc_reason -1)"; return; fi
   done
   verdict "$("$REPORT_PY" "$REPORT" bench "$WORK/bench-cpu.json" "$WORK/bench-cuda.json" "$WORK/bench.json" "$GPUS")"
   record bench "$STATUS" "$(secs_since "$t0")" "$REASON" "$WORK/bench.json"

@@ -50,10 +50,16 @@ if [ -f "$BUNDLE/manifest.txt" ] && [ "$(head -1 "$BUNDLE/manifest.txt")" = "$LA
 fi
 
 deb_of() { find "$CACHE" -maxdepth 1 -name "${1}_${2//:/%3a}_*.deb" | head -1; }
-fetch=()
-while read -r pkg ver; do [ -n "$(deb_of "$pkg" "$ver")" ] || fetch+=("$pkg=$ver"); done <<<"$want"
-if [ ${#fetch[@]} -gt 0 ]; then
-  (cd "$CACHE" && apt-get -q -o APT::Sandbox::User=root download "${fetch[@]}" >/dev/null)
+fetch_all() {  # downloads, in one go, the .debs of $want that the cache lacks
+  local fetch=() pkg ver
+  while read -r pkg ver; do [ -n "$(deb_of "$pkg" "$ver")" ] || fetch+=("$pkg=$ver"); done <<<"$want"
+  [ ${#fetch[@]} -eq 0 ] || (cd "$CACHE" && apt-get -q -o APT::Sandbox::User=root download "${fetch[@]}" >/dev/null)
+}
+if ! fetch_all; then
+  echo "gpu-bundle: apt-get download failed (package lists older than the archive?): apt-get update, then again"
+  apt-get update -qq
+  want=$(versions)
+  fetch_all || { echo "gpu-bundle: apt-get download failed for ${PKGS[*]} (is Debian's archive reachable?)" >&2; exit 1; }
 fi
 debs=()
 while read -r pkg ver; do

@@ -152,7 +152,9 @@ build_step() {
   local t0 t; t0=$(ms); t=$(step_t build 180)
   [ "$MODE" = rehearsal ] && t=$(step_t build 3600)
   # A fresh cache: nothing found in an earlier configure (elsewhere, or before the bundle) is kept.
-  rm -f "$BUILD_DIR/CMakeCache.txt"
+  # The module and byteps-core land in python/byteps/, where every build tree writes them: another
+  # tree's (newer than these sources) would pass for this one's, so they are linked again.
+  rm -f "$BUILD_DIR/CMakeCache.txt" "$REPO/python/byteps/_core$(ext_suffix)" "$REPO/python/byteps/_bin/byteps-core"
   TEE_TO=$WORK/configure.txt run_timed configure "$t" cmake "${args[@]}"
   local crc=$RC
   if [ "$crc" -eq 0 ]; then
@@ -175,10 +177,10 @@ build_step() {
 }
 # Every built binary's shared libraries load; in a rehearsal, only the C/C++ runtime and the
 # bundle's libfmt may be needed (what the GPU machine has).
+ext_suffix() { "$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null; }
 check_libraries() {
-  local ext bad="" f
-  ext=$("$PY" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
-  for f in "$REPO/python/byteps/_core$ext" "$REPO/python/byteps/_bin/byteps-core" \
+  local bad="" f
+  for f in "$REPO/python/byteps/_core$(ext_suffix)" "$REPO/python/byteps/_bin/byteps-core" \
            "$BUILD_DIR/tests/unit/device_test" "$BUILD_DIR/tests/integration/cluster_test"; do
     [ -e "$f" ] || { bad+="${f#"$REPO"/} was not built, "; continue; }
     while read -r lib _ path _; do

@@ -15,7 +15,8 @@
 # numpy, pytest, torch (a CPU build here) and pybind11's Python package (pip's there).
 # First it proves that the hiding works: the hidden headers do not compile, and configuring byteps
 # without the bundle fails; then it runs `gpu-check.sh --rehearsal` (the GPU steps skip with their
-# reason). Needs root (unshare -m, mount). Its exit status is gpu-check's.
+# reason). Needs root (unshare -m, mount). Its exit status is gpu-check's. The main build's module
+# and byteps-core (python/byteps/) are put back afterwards.
 #   bash scripts/gpu-rehearsal.sh         # before a device run; build-gpu/ (BUILD_DIR), OUT, GPU_CHECK_*
 #   bash scripts/gpu-rehearsal.sh --ci    # scripts/test.sh: see below
 #   bash scripts/gpu-rehearsal.sh [--ci] --exec CMD...   # CMD in that namespace instead (after the proof)
@@ -109,4 +110,22 @@ if [ "$CI_MODE" = 1 ]; then
   export GPU_CHECK_ALSO_ALLOWED='libhwloc|libnuma|libuc[mpst]|libudev'
 fi
 if [ "${1:-}" = --exec ]; then shift; "$@"; exit; fi
-bash "$REPO/scripts/gpu-check.sh" --rehearsal "$@"
+# Every build tree links the module and byteps-core into python/byteps/: the default mode keeps
+# the main build's aside and puts them back after the check (--ci's build is the main build).
+keep=()
+if [ "$CI_MODE" = 0 ]; then
+  saved=$(mktemp -d "$REPO/build-gpu-rehearsal-saved.XXXXXX")
+  for f in "$REPO"/python/byteps/_core*.so "$REPO/python/byteps/_bin/byteps-core"; do
+    [ -e "$f" ] && mv "$f" "$saved/" && keep+=("$f")
+  done
+  # shellcheck disable=SC2317  # restore runs from the trap
+  restore() {
+    local f
+    for f in "${keep[@]}"; do rm -f "$f"; mv "$saved/${f##*/}" "$f"; done
+    rmdir "$saved"
+  }
+  trap restore EXIT
+fi
+rc=0
+bash "$REPO/scripts/gpu-check.sh" --rehearsal "$@" || rc=$?
+exit $rc

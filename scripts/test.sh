@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Installs, builds and runs every test: GoogleTest (unit + in-process cluster), pytest (Python API,
-# launcher, multi-process jobs and bad input), then the suite under ASan+UBSan and the concurrency
-# tests under TSan. Set BYTEPS_SKIP_SANITIZERS=1 for a quick local run.
+# Installs, builds and runs every test: the GPU rehearsal (scripts/gpu-rehearsal.sh --ci: the build
+# with only the GPU bundle's packages, and gpu-check.sh's steps), GoogleTest (unit + in-process
+# cluster), pytest (Python API, launcher, multi-process jobs and bad input), then the suite under
+# ASan+UBSan and the concurrency tests under TSan. Set BYTEPS_SKIP_SANITIZERS=1 for a quick local run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 
-echo "== build =="
-bash scripts/build.sh
+echo "== build, in the GPU rehearsal (scripts/gpu-rehearsal.sh --ci), and the GPU check's steps =="
+# The main build is made where only the bundle provides fmt, nlohmann-json, CLI11, OpenSSL, GTest,
+# pybind11-dev and ninja (as on the GPU machine), then gpu-check.sh's steps run on it (the GPU
+# ones skip, saying why); the tests below use that same build: byteps is compiled once.
+rehearsal=0
+bash scripts/gpu-rehearsal.sh --ci || rehearsal=$?
+if ! /usr/bin/python3 -c "import json, sys; sys.exit(json.load(open('gpu-check-out/gpu-check.json'))['steps']['build']['status'] != 'ok')" 2>/dev/null; then
+  echo "== the rehearsal's build failed: building with the system's packages, so that the tests still run =="
+  rm -rf build
+  bash scripts/build.sh
+fi
 echo "== ctest =="
 (cd build && ctest --output-on-failure --timeout 600)
 echo "== pytest =="
@@ -31,5 +41,9 @@ fi
 if [ "${BYTEPS_SKIP_FUZZ:-0}" != 1 ]; then
   echo "== fuzz (short run; longer runs: fuzz/README.md) =="
   bash scripts/fuzz.sh 15
+fi
+if [ "$rehearsal" != 0 ]; then
+  echo "== the GPU rehearsal failed (exit $rehearsal): gpu-check-out/gpu-check.json and gpu-check.log say why =="
+  exit 1
 fi
 echo "== all tests passed =="

@@ -17,8 +17,10 @@
 #                  no benches; then every built binary's shared libraries must load
 #   device_test    build-gpu/tests/unit/device_test (cuda backend, NcclGroup)                 30 s
 #   cluster_device build-gpu/tests/integration/cluster_test --gtest_filter=Device*:NcclGroup*... 30 s
-#   dtypes 40 s, speed 30 s, copies 30 s (1 worker), collectives 35 s, worker 40 s (2 workers):
+#   dtypes 40 s, speed 30 s (1 worker), collectives 35 s, worker 40 s (2 workers):
 #                  bpsrun -n N -s 1 --force-distributed -- python3 scripts/gpu_check.py STEP JSON;
+#   copies 30 s    python3 scripts/gpu_check.py copies JSON (one process, no servers: the copy
+#                  stages alone, against pinned cudaMemcpy);
 #                  each writes {"ok": bool, "skipped": "reason" when the GPU path could not run}
 #   bench          byteps-core bench --device cpu, then cuda (1 worker, 1 server)       2 x 15 s
 # The build gets 180 s (GPU_CHECK_T_BUILD; a step's: GPU_CHECK_T_<STEP>): 445 s with the steps,
@@ -208,12 +210,16 @@ gtest_step() {  # NAME TIMEOUT BINARY [ARGS...]
 
 # --- scripts/gpu_check.py's steps ---------------------------------------------------------------
 export PYTHONPATH=$REPO/python${PYTHONPATH:+:$PYTHONPATH}
-py_step() {  # STEP WORKERS TIMEOUT
+py_step() {  # STEP WORKERS TIMEOUT (0 workers: the script alone, a one-process job)
   local step=$1 n=$2 t; t=$(step_t "$1" "$3")
   if [ "$BUILT" != 1 ]; then record "$step" failed 0 "not run: build failed"; return; fi
   rm -f "$WORK/$step.json"
-  run_timed "$step" "$t" "$PY" -m byteps.launcher.bpsrun -n "$n" -s 1 --force-distributed --timeout "$((t - 5))" \
-    -- "$PY" "$REPO/scripts/gpu_check.py" "$step" "$WORK/$step.json"
+  if [ "$n" -eq 0 ]; then  # a job of one process, no servers: its CUDA push_pull is the copy stages alone
+    run_timed "$step" "$t" "$PY" "$REPO/scripts/gpu_check.py" "$step" "$WORK/$step.json"
+  else
+    run_timed "$step" "$t" "$PY" -m byteps.launcher.bpsrun -n "$n" -s 1 --force-distributed --timeout "$((t - 5))" \
+      -- "$PY" "$REPO/scripts/gpu_check.py" "$step" "$WORK/$step.json"
+  fi
   if [ "$RC" -eq -1 ]; then record "$step" failed 0 "$(rc_reason -1)"; return; fi
   verdict "$("$REPORT_PY" "$REPORT" pystep "$WORK/$step.json" "$RC")"
   record "$step" "$STATUS" "$SECS" "$REASON" "$WORK/$step.json"
@@ -241,7 +247,7 @@ gtest_step device_test 30 "$BUILD_DIR/tests/unit/device_test"
 gtest_step cluster_device 30 "$BUILD_DIR/tests/integration/cluster_test" --gtest_filter='Device*:NcclGroup*:*Cuda*:*Nccl*'
 py_step dtypes 1 40
 py_step speed 1 30
-py_step copies 1 30
+py_step copies 0 30
 py_step collectives 2 35
 py_step worker 2 40
 bench_step

@@ -54,7 +54,7 @@ class GroupStagesTest : public ::testing::Test {
       Rank& k = ranks_[r];
       k.local = std::move(lr.value());
       k.staging = std::make_unique<stages::DeviceStaging>();
-      k.groups = std::make_unique<stages::DeviceGroups>(k.local.get(), k.staging.get(), 10);
+      k.groups = std::make_unique<stages::DeviceGroups>(k.local.get(), k.local.get(), k.staging.get(), 10, 10);
       k.reduce = std::make_unique<stages::GroupReduceStage>(&k.reduced, k.groups.get());
       k.bcast = std::make_unique<stages::GroupBroadcastStage>(&k.broadcast, k.groups.get());
       k.dev = device::FakeDevice::Get(60 + r + 10 * next_++);

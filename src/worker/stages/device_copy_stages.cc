@@ -27,14 +27,15 @@ std::string Where(const pipeline::PartitionTask& t, const device::Device& d) {
   return fmt::format("'{}' partition {} on {}", t.op->request.name, t.part, d.name());
 }
 
-// Completes `t` through `sink` once the work queued on `stream` so far is done; `then` runs first
-// on success (on the device's callback thread).
+// Completes `t` through `sink` once the work queued on `stream` so far is done, failed, or passed
+// `deadline_s`; `then` runs first on success (on the completions thread).
 template <typename Then>
-void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, DeviceStaging::Slot* slot,
-                      device::StreamHandle stream, pipeline::PartitionTask* t, Then then) {
+void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, device::Completions* completions,
+                      double deadline_s, DeviceStaging::Slot* slot, device::StreamHandle stream,
+                      pipeline::PartitionTask* t, const char* what, Then then) {
   in_flight->Add(t);
   device::Device* dev = slot->device.get();  // lives as long as the staging, which outlives the copies
-  Status st = slot->device->OnDone(stream, [sink, in_flight, t, then, dev](Status s) {
+  Status st = completions->Watch(slot->device, stream, deadline_s, what, [sink, in_flight, t, then, dev](const Status& s) {
     if (!in_flight->Take(t)) return;  // failed meanwhile (FailAll): completed already
     if (s.ok()) {
       then();
@@ -66,7 +67,8 @@ void DeviceCopyInStage::Start(pipeline::PartitionTask* t) {
   if (st.ok() && t->push_len > 0) st = dev.CopyAsync(*buf, t->src, t->push_len, device::CopyKind::kDeviceToHost, (*slot)->in);
   if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
   uint8_t* host = *buf;
-  CompleteWhenDone(sink(), &in_flight_, *slot, (*slot)->in, t, [t, host] {
+  CompleteWhenDone(sink(), &in_flight_, &completions_, deadline_s_, *slot, (*slot)->in, t,
+                   "the copy to the host (after the framework's stream reached the call; BYTEPS_TIMEOUT)", [t, host] {
     t->src = host;
     t->dst = host;
   });
@@ -84,7 +86,8 @@ void DeviceCopyOutStage::Start(pipeline::PartitionTask* t) {
                          : Status::Ok();
   if (st.ok()) st = dev.StreamWaitStream(r.device.stream, (*slot)->out);
   if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
-  CompleteWhenDone(sink(), &in_flight_, *slot, (*slot)->out, t, [t, out] {
+  CompleteWhenDone(sink(), &in_flight_, &completions_, deadline_s_, *slot, (*slot)->out, t,
+                   "the copy back to the device (BYTEPS_TIMEOUT)", [t, out] {
     t->src = out;
     t->dst = out;
   });

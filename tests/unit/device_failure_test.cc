@@ -184,7 +184,8 @@ std::vector<std::unique_ptr<Group>> JoinAll(const std::vector<int>& indices, std
   const int n = static_cast<int>(indices.size());
   std::vector<std::future<StatusOr<std::unique_ptr<Group>>>> joins;
   for (int r = 0; r < n; ++r) {
-    joins.push_back(std::async(std::launch::async, [&, r] { return JoinGroup(FakeDevice::Get(indices[r]), *id, r, n, 10); }));
+    joins.push_back(
+        std::async(std::launch::async, [&, r] { return JoinGroup(FakeDevice::Get(indices[r]), *id, r, n, 10); }));
   }
   std::vector<std::unique_ptr<Group>> groups;
   for (auto& j : joins) {

@@ -35,14 +35,15 @@ void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, devi
                       pipeline::PartitionTask* t, const char* what, Then then) {
   in_flight->Add(t);
   device::Device* dev = slot->device.get();  // lives as long as the staging, which outlives the copies
-  Status st = completions->Watch(slot->device, stream, deadline_s, what, [sink, in_flight, t, then, dev](const Status& s) {
+  auto done = [sink, in_flight, t, then, dev](const Status& s) {
     if (!in_flight->Take(t)) return;  // failed meanwhile (FailAll): completed already
     if (s.ok()) {
       then();
       return sink->Complete(t, s);
     }
     sink->Complete(t, s.WithContext(Where(*t, *dev)));
-  });
+  };
+  Status st = completions->Watch(slot->device, stream, deadline_s, what, std::move(done));
   if (!st.ok() && in_flight->Take(t)) sink->Complete(t, st.WithContext(Where(*t, *slot->device)));
 }
 

@@ -247,8 +247,7 @@ void DeviceGroups::FailGroup(const Status& failure) {
     if (failure_.ok()) {
       failure_ = failure.WithContext(
           fmt::format("the device group of local rank {} was aborted", local_->RankOf(local_->local_rank())));
-      BYTEPS_LOG(Error, "{}: the device group failed, so it was aborted (ncclCommAbort): {}",
-                 device_ ? device_->name() : "device", failure_.message());
+      BYTEPS_LOG(Error, "the device group was aborted (ncclCommAbort) after a failure: {}", failure.message());
     }
     if (group_) group_->Abort();  // ends what is stuck; what was queued in it is garbage now
     cause = failure_;

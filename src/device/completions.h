@@ -36,7 +36,7 @@ class Completions {
  public:
   using Done = std::function<void(const Status&)>;
   // `poll_s`: how often the events of watched work are queried (how soon an error is seen).
-  explicit Completions(double poll_s = 0.005);
+  explicit Completions(double poll_s = 0.01);
   ~Completions();
   Completions(const Completions&) = delete;
   Completions& operator=(const Completions&) = delete;

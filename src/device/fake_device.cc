@@ -1,5 +1,6 @@
 #include "device/fake_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -38,8 +39,9 @@ struct Event {
 class Stream {
  public:
   using Op = std::function<Status(const Status& so_far)>;
-  explicit Stream(std::string name, int numa_node = -1)
-      : name_(std::move(name)), numa_node_(numa_node), thread_([this] { Run(); }) {}
+  // `on_end` runs on the stream's thread once it ended (retired, and everything queued ran).
+  explicit Stream(std::string name, int numa_node = -1, std::function<void()> on_end = nullptr)
+      : name_(std::move(name)), numa_node_(numa_node), on_end_(std::move(on_end)), thread_([this] { Run(); }) {}
   ~Stream() {
     Retire();
     thread_.join();
@@ -77,9 +79,11 @@ class Stream {
       if (failed.ok() && !st.ok()) failed = st;
     }
     ended_ = true;
+    if (on_end_) on_end_();
   }
   std::string name_;
   const int numa_node_;
+  std::function<void()> on_end_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> ops_;
@@ -115,6 +119,14 @@ class Gate final : public FakeGate {
 class FakeDeviceImpl final : public FakeDevice {
  public:
   explicit FakeDeviceImpl(int index) : index_(index), default_(std::make_unique<Stream>("default")) {}
+  ~FakeDeviceImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(reap_mu_);
+      stop_reaping_ = true;
+    }
+    reap_cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
+  }
 
   Kind kind() const override { return Kind::kFake; }
   int index() const override { return index_; }
@@ -126,20 +138,30 @@ class FakeDeviceImpl final : public FakeDevice {
 
   StatusOr<StreamHandle> CreateStream() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_), options_.numa_node);
+    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_), options_.numa_node, [this] {
+      std::lock_guard<std::mutex> lock(reap_mu_);
+      reap_cv_.notify_all();
+    });
     StreamHandle h = s.get();
     streams_.emplace(h, std::move(s));
     return h;
   }
   void DestroyStream(StreamHandle h) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    // Joins the threads of streams destroyed earlier that have ended; a stuck one stays retired.
-    for (auto it = retired_.begin(); it != retired_.end();) it = (*it)->ended() ? retired_.erase(it) : std::next(it);
-    auto found = streams_.find(h);
-    if (found == streams_.end()) return;
-    found->second->Retire();  // returns at once, as cudaStreamDestroy: what is queued still runs
-    retired_.push_back(std::move(found->second));
-    streams_.erase(found);
+    std::unique_ptr<Stream> s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto found = streams_.find(h);
+      if (found == streams_.end()) return;
+      s = std::move(found->second);
+      streams_.erase(found);
+    }
+    s->Retire();  // returns at once, as cudaStreamDestroy: what is queued still runs
+    {
+      std::lock_guard<std::mutex> lock(reap_mu_);
+      retired_.push_back(std::move(s));
+      if (!reaper_.joinable()) reaper_ = std::thread([this] { Reap(); });
+    }
+    reap_cv_.notify_all();  // it may have ended already
   }
 
   Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind, StreamHandle h) override {
@@ -246,6 +268,28 @@ class FakeDeviceImpl final : public FakeDevice {
   double longest_host_function_s() const override { return longest_host_function_s_.load(); }
 
  private:
+  // Joins the threads of destroyed streams once they ended (a stuck one waits for its work).
+  void Reap() {
+    std::unique_lock<std::mutex> lock(reap_mu_);
+    while (true) {
+      reap_cv_.wait(lock, [&] {
+        return stop_reaping_ || std::any_of(retired_.begin(), retired_.end(), [](auto& r) { return r->ended(); });
+      });
+      if (stop_reaping_) return;
+      std::vector<std::unique_ptr<Stream>> ended;
+      for (auto it = retired_.begin(); it != retired_.end();) {
+        if ((*it)->ended()) {
+          ended.push_back(std::move(*it));
+          it = retired_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      lock.unlock();
+      ended.clear();  // joins
+      lock.lock();
+    }
+  }
   StatusOr<Stream*> Find(StreamHandle h) {
     if (h == nullptr) return default_.get();
     std::lock_guard<std::mutex> lock(mu_);
@@ -260,6 +304,8 @@ class FakeDeviceImpl final : public FakeDevice {
 
   const int index_;
   std::mutex mu_;
+  std::mutex reap_mu_;  // guards retired_, stop_reaping_; a stream's on_end takes it to notify
+  std::condition_variable reap_cv_;
   FakeOptions options_;
   std::atomic<int> numa_node_{-1};
   std::map<StreamHandle, std::unique_ptr<Stream>> streams_;
@@ -269,6 +315,8 @@ class FakeDeviceImpl final : public FakeDevice {
   std::atomic<uint64_t> dropped_host_functions_{0};
   std::atomic<double> longest_host_function_s_{0};
   std::vector<std::unique_ptr<Stream>> retired_;  // destroyed streams whose thread may still run
+  bool stop_reaping_ = false;
+  std::thread reaper_;  // started by the first DestroyStream
   std::unique_ptr<Stream> default_;  // last: destroyed first, after the others ran out
 };
 

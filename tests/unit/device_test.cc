@@ -86,6 +86,7 @@ TEST_P(DeviceTest, HostFunctionsRunInQueueOrder) {
     }).ok());
   }
   ASSERT_EQ(last.get_future().wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(dev_->Drain(*s, 30).ok());  // the last host function has returned (it holds `mu`)
   std::vector<int> want(20);
   std::iota(want.begin(), want.end(), 0);
   EXPECT_EQ(order, want);

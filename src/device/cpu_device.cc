@@ -30,8 +30,8 @@ class CpuDevice final : public Device {
   StatusOr<bool> QueryEvent(EventHandle) override { return true; }
   Status StreamWaitEvent(StreamHandle, EventHandle) override { return Status::Ok(); }
   void DestroyEvent(EventHandle) override {}
-  Status OnDone(StreamHandle, std::function<void(Status)> done) override {
-    done(Status::Ok());
+  Status LaunchHostFunc(StreamHandle, std::function<void()> fn) override {
+    fn();  // the "stream" finished inside each call, and never fails
     return Status::Ok();
   }
 };

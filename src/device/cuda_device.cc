@@ -1,8 +1,9 @@
 // The cuda backend, over the CUDA runtime API. Compiled only when CMake found the CUDA toolkit
 // (BYTEPS_HAVE_CUDA); otherwise OpenCuda says how to get it. The runtime is loaded at run time
 // (cuda_runtime.h), and OpenCuda says so when it cannot be. Every call sets the device first, so
-// it may come from any thread. OnDone uses cudaLaunchHostFunc: the callback runs on CUDA's own
-// thread and must not call CUDA itself (ours only hand work to the dispatcher).
+// it may come from any thread. LaunchHostFunc is cudaLaunchHostFunc: the function runs on CUDA's
+// own thread, only when the work before it succeeded, and must neither block nor call CUDA (ours
+// only push a ticket onto a Completions queue, completions.h).
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -64,7 +65,10 @@ class CudaDevice final : public Device {
  public:
   explicit CudaDevice(int index) : index_(index) {
     char bus[32] = {};
-    if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) numa_node_ = NumaNodeOfPci(bus);
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, index) == cudaSuccess) {
+      bus_id_ = bus;
+      numa_node_ = NumaNodeOfPci(bus);
+    }
   }
   Kind kind() const override { return Kind::kCuda; }
   int index() const override { return index_; }
@@ -131,23 +135,24 @@ class CudaDevice final : public Device {
   void DestroyEvent(EventHandle e) override {
     if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));  // deferred by CUDA while a wait is queued
   }
-  Status OnDone(StreamHandle s, std::function<void(Status)> done) override {
+  Status LaunchHostFunc(StreamHandle s, std::function<void()> fn) override {
     BYTEPS_RETURN_IF_ERROR(Use());
-    auto* fn = new std::function<void(Status)>(std::move(done));
-    cudaError_t err = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), &CudaDevice::RunHost, fn);
+    auto* arg = new std::function<void()>(std::move(fn));
+    cudaError_t err = cudaLaunchHostFunc(static_cast<cudaStream_t>(s), &CudaDevice::RunHost, arg);
     if (err != cudaSuccess) {
-      delete fn;
+      delete arg;
       return CudaError(err, index_, "cudaLaunchHostFunc");
     }
     return Status::Ok();
   }
+  std::string hardware_id() const override { return bus_id_.empty() ? name() : bus_id_; }
 
  private:
   static void CUDART_CB RunHost(void* arg) {
-    std::unique_ptr<std::function<void(Status)>> fn(static_cast<std::function<void(Status)>*>(arg));
-    // A host function runs only when the work before it succeeded; a failed stream never calls it,
-    // and the next CUDA call on it reports the error (sticky), which fails the pipeline's task.
-    (*fn)(Status::Ok());
+    // CUDA calls it only when the work before it succeeded; after an error on its stream it is
+    // never called (and its std::function is leaked: CUDA gives no way to learn it was dropped).
+    std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
+    (*fn)();
   }
   Status Use() {
     BYTEPS_CUDA_CHECK(cudaSetDevice(index_), "cudaSetDevice");
@@ -155,6 +160,7 @@ class CudaDevice final : public Device {
   }
   const int index_;
   int numa_node_ = -1;
+  std::string bus_id_;  // "0000:3b:00.0": the same GPU in every process, whatever its index there
 };
 
 }  // namespace

@@ -30,26 +30,45 @@ const char* KindName(Kind kind) {
 std::string Device::name() const { return fmt::format("{}:{}", KindName(kind()), index()); }
 
 Status Device::Drain(StreamHandle stream, double timeout_s) {
-  // OnDone's callback may run after a wait that timed out: the state it writes is shared.
+  // Success wakes the wait through a host function; an error never calls one (CUDA's rule), so the
+  // event is also queried, backing off to 20 ms. The host function may run after a wait that timed
+  // out: the state it writes is shared.
   struct Waiter {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    Status status;
   };
   auto w = std::make_shared<Waiter>();
-  BYTEPS_RETURN_IF_ERROR(OnDone(stream, [w](Status st) {
+  BYTEPS_ASSIGN_OR_RETURN(EventHandle event, RecordEvent(stream));
+  struct EventGuard {
+    Device* dev;
+    EventHandle e;
+    ~EventGuard() { dev->DestroyEvent(e); }
+  } guard{this, event};
+  BYTEPS_RETURN_IF_ERROR(LaunchHostFunc(stream, [w] {
     std::lock_guard<std::mutex> lock(w->mu);
     w->done = true;
-    w->status = std::move(st);
     w->cv.notify_all();
   }));
-  std::unique_lock<std::mutex> lock(w->mu);
-  if (!w->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return w->done; })) {
-    return DeadlineExceeded(fmt::format("{}: the work queued on a stream did not complete within {:.1f} s", name(),
-                                        timeout_s));
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  auto pause = std::chrono::microseconds(500);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(w->mu);
+      if (w->cv.wait_until(lock, std::min(deadline, Clock::now() + Clock::duration(pause)), [&] { return w->done; }))
+        return Status::Ok();
+    }
+    StatusOr<bool> finished = QueryEvent(event);  // never under w->mu: the host function takes it
+    if (!finished.ok()) return finished.status();
+    if (*finished) return Status::Ok();
+    if (Clock::now() >= deadline) {
+      return DeadlineExceeded(fmt::format("{}: the work queued on a stream did not complete within {:.1f} s", name(),
+                                          timeout_s));
+    }
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
-  return w->status;
 }
 
 Status Device::StreamWaitStream(StreamHandle waiter, StreamHandle producer) {

@@ -12,8 +12,14 @@
 // passed in as a handle too: the pipeline records an event on it and makes its own copy stream wait
 // for that event, never the CPU.
 //
-// Threading: every call may come from any thread; the backend serialises what it must. Callbacks
-// given to OnDone run on a backend thread (or, for cpu, inside the call) and must not block.
+// Failures behave as CUDA's: a failed copy or kernel breaks its stream, events recorded after it
+// report the error, and no host function queued after it ever runs. NCCL adds that a collective
+// whose peer never queued its part never finishes. So nothing may wait for a host function alone:
+// Completions (completions.h) watches an event with a deadline as well.
+//
+// Threading: every call may come from any thread; the backend serialises what it must. Host
+// functions (LaunchHostFunc) run on a backend thread (or, for cpu, inside the call); they must not
+// block and must not call the device (CUDA forbids both): they only hand work to a thread of ours.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +50,9 @@ class Device {
   virtual Kind kind() const = 0;
   virtual int index() const = 0;
   std::string name() const;  // "cuda:0"
+  // What identifies the physical device across the processes of a host (they may number their
+  // GPUs differently under CUDA_VISIBLE_DEVICES): the PCI bus id for cuda, the name otherwise.
+  virtual std::string hardware_id() const { return name(); }
   // The NUMA node of the device (where its staging memory and copy threads belong); -1: unknown.
   virtual int numa_node() const { return -1; }
 
@@ -71,12 +80,13 @@ class Device {
   // The handle may be destroyed while a wait on it is still queued (the backend keeps what it needs).
   virtual void DestroyEvent(EventHandle event) = 0;
 
-  // Calls `done` once the work queued on `stream` so far has finished, with its status.
-  virtual Status OnDone(StreamHandle stream, std::function<void(Status)> done) = 0;
+  // cudaLaunchHostFunc: runs `fn` once the work queued on `stream` so far has finished, and only if
+  // all of it succeeded; after an error on the stream, no host function queued there ever runs.
+  virtual Status LaunchHostFunc(StreamHandle stream, std::function<void()> fn) = 0;
 
-  // Blocks until the work queued on `stream` so far finished (its status) or `timeout_s` passed
-  // (DeadlineExceeded naming the device). For tests and shutdown only: the pipeline never waits on
-  // the CPU.
+  // Blocks until the work queued on `stream` so far finished: OK, the stream's error (seen through
+  // an event, polled), or DeadlineExceeded naming the device once `timeout_s` passed. For tests and
+  // shutdown only: the pipeline never waits on the CPU.
   Status Drain(StreamHandle stream, double timeout_s);
 
   // Makes `waiter` wait on the device for the work queued on `producer` so far.

@@ -1,5 +1,6 @@
 #include "device/fake_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -16,8 +18,6 @@
 
 namespace byteps::device {
 namespace {
-
-constexpr double kWaitLimitS = 120;  // a stream waiting on an event longer than this fails its work
 
 struct Event {
   std::mutex mu;
@@ -35,18 +35,15 @@ struct Event {
 };
 
 // One stream: a thread running its queue in order. An op returns its status; after a failure the
-// stream is broken (as CUDA's errors are sticky): later events and callbacks carry that failure.
+// stream is broken (as CUDA's errors are sticky): later ops see that failure and carry it on.
 class Stream {
  public:
   using Op = std::function<Status(const Status& so_far)>;
-  explicit Stream(std::string name, int numa_node = -1)
-      : name_(std::move(name)), numa_node_(numa_node), thread_([this] { Run(); }) {}
+  // `on_end` runs on the stream's thread once it ended (retired, and everything queued ran).
+  explicit Stream(std::string name, int numa_node = -1, std::function<void()> on_end = nullptr)
+      : name_(std::move(name)), numa_node_(numa_node), on_end_(std::move(on_end)), thread_([this] { Run(); }) {}
   ~Stream() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      cv_.notify_all();
-    }
+    Retire();
     thread_.join();
   }
   void Push(Op op) {
@@ -56,6 +53,13 @@ class Stream {
     ops_.push_back(std::move(op));
     cv_.notify_all();
   }
+  // No more ops come: the thread ends once it ran what is queued (maybe never: a stuck op).
+  void Retire() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  bool ended() const { return ended_.load(); }
   const std::string& name() const { return name_; }
 
  private:
@@ -67,20 +71,24 @@ class Stream {
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || !ops_.empty(); });
-        if (ops_.empty()) return;  // stopping, and everything queued has run
+        if (ops_.empty()) break;  // stopping, and everything queued has run
         op = std::move(ops_.front());
         ops_.pop_front();
       }
       Status st = op(failed);
       if (failed.ok() && !st.ok()) failed = st;
     }
+    ended_ = true;
+    if (on_end_) on_end_();
   }
   std::string name_;
   const int numa_node_;
+  std::function<void()> on_end_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> ops_;
   bool stop_ = false;
+  std::atomic<bool> ended_{false};
   std::thread thread_;  // last: started once the rest exists
 };
 
@@ -111,6 +119,14 @@ class Gate final : public FakeGate {
 class FakeDeviceImpl final : public FakeDevice {
  public:
   explicit FakeDeviceImpl(int index) : index_(index), default_(std::make_unique<Stream>("default")) {}
+  ~FakeDeviceImpl() override {
+    {
+      std::lock_guard<std::mutex> lock(reap_mu_);
+      stop_reaping_ = true;
+    }
+    reap_cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
+  }
 
   Kind kind() const override { return Kind::kFake; }
   int index() const override { return index_; }
@@ -122,7 +138,10 @@ class FakeDeviceImpl final : public FakeDevice {
 
   StatusOr<StreamHandle> CreateStream() override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_), options_.numa_node);
+    auto s = std::make_unique<Stream>(fmt::format("stream {}", ++streams_made_), options_.numa_node, [this] {
+      std::lock_guard<std::mutex> lock(reap_mu_);
+      reap_cv_.notify_all();
+    });
     StreamHandle h = s.get();
     streams_.emplace(h, std::move(s));
     return h;
@@ -131,12 +150,18 @@ class FakeDeviceImpl final : public FakeDevice {
     std::unique_ptr<Stream> s;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = streams_.find(h);
-      if (it == streams_.end()) return;
-      s = std::move(it->second);
-      streams_.erase(it);
+      auto found = streams_.find(h);
+      if (found == streams_.end()) return;
+      s = std::move(found->second);
+      streams_.erase(found);
     }
-    // ~Stream runs what is queued, then joins.
+    s->Retire();  // returns at once, as cudaStreamDestroy: what is queued still runs
+    {
+      std::lock_guard<std::mutex> lock(reap_mu_);
+      retired_.push_back(std::move(s));
+      if (!reaper_.joinable()) reaper_ = std::thread([this] { Reap(); });
+    }
+    reap_cv_.notify_all();  // it may have ended already
   }
 
   Status CopyAsync(void* dst, const void* src, size_t bytes, CopyKind, StreamHandle h) override {
@@ -179,22 +204,28 @@ class FakeDeviceImpl final : public FakeDevice {
     if (ev == nullptr) return InvalidArgument(name() + ": wait on a null event");
     BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
     std::shared_ptr<Event> e = *static_cast<std::shared_ptr<Event>*>(ev);
-    std::string where = fmt::format("{} ({})", name(), s->name());
-    s->Push([e, where](const Status&) {
+    s->Push([e](const Status&) {
       std::unique_lock<std::mutex> lock(e->mu);
-      if (!e->cv.wait_for(lock, std::chrono::duration<double>(kWaitLimitS), [&] { return e->done; })) {
-        return DeadlineExceeded(fmt::format("{}: a stream waited {:.0f} s for an event", where, kWaitLimitS));
-      }
+      e->cv.wait(lock, [&] { return e->done; });  // as long as it takes, as on a GPU
       return e->status;
     });
     return Status::Ok();
   }
   void DestroyEvent(EventHandle h) override { delete static_cast<std::shared_ptr<Event>*>(h); }
 
-  Status OnDone(StreamHandle h, std::function<void(Status)> done) override {
+  Status LaunchHostFunc(StreamHandle h, std::function<void()> fn) override {
     BYTEPS_ASSIGN_OR_RETURN(Stream * s, Find(h));
-    s->Push([done = std::move(done)](const Status& so_far) {
-      done(so_far);
+    s->Push([this, fn = std::move(fn)](const Status& so_far) {
+      if (!so_far.ok()) {  // CUDA never calls a host function queued after an error
+        dropped_host_functions_.fetch_add(1);
+        return so_far;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      fn();
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      double longest = longest_host_function_s_.load();
+      while (took > longest && !longest_host_function_s_.compare_exchange_weak(longest, took)) {
+      }
       return Status::Ok();
     });
     return Status::Ok();
@@ -233,8 +264,32 @@ class FakeDeviceImpl final : public FakeDevice {
   }
   uint64_t copies() const override { return copies_.load(); }
   uint64_t copied_bytes() const override { return copied_bytes_.load(); }
+  uint64_t dropped_host_functions() const override { return dropped_host_functions_.load(); }
+  double longest_host_function_s() const override { return longest_host_function_s_.load(); }
 
  private:
+  // Joins the threads of destroyed streams once they ended (a stuck one waits for its work).
+  void Reap() {
+    std::unique_lock<std::mutex> lock(reap_mu_);
+    while (true) {
+      reap_cv_.wait(lock, [&] {
+        return stop_reaping_ || std::any_of(retired_.begin(), retired_.end(), [](auto& r) { return r->ended(); });
+      });
+      if (stop_reaping_) return;
+      std::vector<std::unique_ptr<Stream>> ended;
+      for (auto it = retired_.begin(); it != retired_.end();) {
+        if ((*it)->ended()) {
+          ended.push_back(std::move(*it));
+          it = retired_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      lock.unlock();
+      ended.clear();  // joins
+      lock.lock();
+    }
+  }
   StatusOr<Stream*> Find(StreamHandle h) {
     if (h == nullptr) return default_.get();
     std::lock_guard<std::mutex> lock(mu_);
@@ -249,12 +304,19 @@ class FakeDeviceImpl final : public FakeDevice {
 
   const int index_;
   std::mutex mu_;
+  std::mutex reap_mu_;  // guards retired_, stop_reaping_; a stream's on_end takes it to notify
+  std::condition_variable reap_cv_;
   FakeOptions options_;
   std::atomic<int> numa_node_{-1};
   std::map<StreamHandle, std::unique_ptr<Stream>> streams_;
   uint64_t streams_made_ = 0;
   std::atomic<uint64_t> copies_{0};
   std::atomic<uint64_t> copied_bytes_{0};
+  std::atomic<uint64_t> dropped_host_functions_{0};
+  std::atomic<double> longest_host_function_s_{0};
+  std::vector<std::unique_ptr<Stream>> retired_;  // destroyed streams whose thread may still run
+  bool stop_reaping_ = false;
+  std::thread reaper_;  // started by the first DestroyStream
   std::unique_ptr<Stream> default_;  // last: destroyed first, after the others ran out
 };
 

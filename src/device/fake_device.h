@@ -1,12 +1,20 @@
 // The fake backend: a device whose asynchrony is real, for testing the GPU path's ordering and
 // waiting logic on a machine without a GPU. Device memory is host memory, but it is touched only by
 // the device's own streams. Each stream (the default one included) is a thread that runs its queue
-// in order: copies take `latency_s + bytes / bytes_per_s` (the memmove itself included), events complete when the stream reaches
-// them, a wait holds the stream (not the caller) until its event completed. Tests can also queue
-// their own work on a stream (Launch: a "kernel") and hold a stream closed (Hold) to prove that
-// nobody waits on it from the CPU.
+// in order: copies take `latency_s + bytes / bytes_per_s` (the memmove itself included), events
+// complete when the stream reaches them, a wait holds the stream (not the caller) until its event
+// completed, however long that takes. Tests can also queue their own work on a stream (Launch: a
+// "kernel"; Enqueue: one that can fail) and hold a stream closed (Hold) to prove that nobody waits
+// on it from the CPU.
 //
-// Threading: every call from any thread. Callbacks and launched work run on the stream's thread.
+// Failures are CUDA's, not kinder: a failed op breaks its stream for good (later copies and
+// kernels do nothing, events recorded later report the error, and so does a stream that waits for
+// such an event); a host function queued after the failure never runs (it is counted as dropped).
+// DestroyStream returns at once, as cudaStreamDestroy does; the stream's thread still runs what
+// was queued and ends then.
+//
+// Threading: every call from any thread. Host functions and launched work run on the stream's
+// thread.
 #pragma once
 
 #include <atomic>
@@ -39,12 +47,15 @@ class FakeDevice : public Device {
   virtual void SetOptions(const FakeOptions& options) = 0;
   virtual std::shared_ptr<FakeGate> Hold(StreamHandle stream) = 0;
   virtual Status Launch(StreamHandle stream, std::function<void()> work) = 0;
-  // Like Launch, for work that can fail: an error breaks the stream (later events and callbacks
-  // carry it), as a failed kernel does.
+  // Like Launch, for work that can fail: an error breaks the stream (later events carry it, later
+  // host functions never run), as a failed kernel does.
   virtual Status Enqueue(StreamHandle stream, std::function<Status()> work) = 0;
-  // Counters, for tests: copies run, and how often a caller blocked in WaitEvent-like waits.
+  // Counters, for tests: copies run; host functions dropped because their stream had failed; the
+  // longest any host function ran (CUDA forbids them to block: a long one held its stream).
   virtual uint64_t copies() const = 0;
   virtual uint64_t copied_bytes() const = 0;
+  virtual uint64_t dropped_host_functions() const = 0;
+  virtual double longest_host_function_s() const = 0;
 };
 
 }  // namespace byteps::device

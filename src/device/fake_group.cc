@@ -2,13 +2,19 @@
 // collective is an op on the rank's stream; it waits (on that stream's thread) until every rank's
 // op of the same sequence number arrived, then the last to arrive does the work for all: real
 // asynchrony and NCCL's ordering rule (a rank queueing a different collective is an error, not a
-// wrong sum).
+// wrong sum). NCCL's failures, not kinder ones: a collective whose peer never queues its part
+// waits forever (its stream is stuck, no error comes) until this rank's group is aborted, which
+// ends it with an error; a join with two ranks on one device fails on every rank.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -18,8 +24,6 @@
 
 namespace byteps::device {
 namespace {
-
-constexpr double kCollectiveWaitS = 120;
 
 struct Call {  // one rank's part of one collective
   bool reduce = false;
@@ -39,11 +43,13 @@ struct Collective {
 };
 
 struct Shared {
-  explicit Shared(int n) : size(n) {}
+  explicit Shared(int n) : size(n), devices(n), aborted(n, false) {}
   const int size;
   std::mutex mu;
   std::condition_variable cv;
   int joined = 0;
+  std::vector<std::string> devices;  // by rank: the hardware id it joined with ("" not yet)
+  std::vector<bool> aborted;         // by rank: Abort was called (ncclCommAbort)
   std::map<uint64_t, Collective> collectives;  // by sequence number
 };
 
@@ -84,7 +90,8 @@ void Perform(std::vector<Call>& calls) {
 class FakeGroup final : public Group {
  public:
   FakeGroup(std::shared_ptr<FakeDevice> dev, std::shared_ptr<Shared> shared, int rank)
-      : dev_(std::move(dev)), shared_(std::move(shared)), rank_(rank) {}
+      : dev_(std::move(dev)), shared_(std::move(shared)), rank_(rank),
+        where_(fmt::format("fake group on {} (rank {} of {})", dev_->name(), rank, shared_->size)) {}
   int rank() const override { return rank_; }
   int size() const override { return shared_->size; }
   Status Reduce(const void* send, void* recv, size_t count, DataType dtype, int root, StreamHandle s) override {
@@ -93,17 +100,31 @@ class FakeGroup final : public Group {
   Status Broadcast(void* buf, size_t bytes, int root, StreamHandle s) override {
     return Queue({false, nullptr, buf, bytes, DataType::kUint8, root}, s);
   }
+  void Abort() override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->aborted[rank_] = true;
+    }
+    shared_->cv.notify_all();
+  }
+  bool aborted() const override {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    return shared_->aborted[rank_];
+  }
 
  private:
   Status Queue(Call call, StreamHandle s) {
     if (call.root < 0 || call.root >= size()) {
-      return InvalidArgument(fmt::format("fake group: root {} is not a rank of {}", call.root, size()));
+      return InvalidArgument(fmt::format("{}: root {} is not a rank of {}", where_, call.root, size()));
     }
+    if (aborted()) return Precondition(where_ + ": the group was aborted; it queues nothing more");
     const uint64_t seq = next_seq_++;
     std::shared_ptr<Shared> sh = shared_;
     const int rank = rank_;
-    return dev_->Enqueue(s, [sh, seq, rank, call]() -> Status {
+    std::string where = where_;
+    return dev_->Enqueue(s, [sh, seq, rank, call, where]() -> Status {
       std::unique_lock<std::mutex> lock(sh->mu);
+      if (sh->aborted[rank]) return Aborted(fmt::format("{}: collective {} ended: the group was aborted", where, seq));
       Collective& c = sh->collectives[seq];
       if (c.calls.empty()) c.calls.resize(sh->size);
       c.calls[rank] = call;
@@ -112,9 +133,14 @@ class FakeGroup final : public Group {
         if (c.status.ok()) Perform(c.calls);
         c.done = true;
         sh->cv.notify_all();
-      } else if (!sh->cv.wait_for(lock, std::chrono::duration<double>(kCollectiveWaitS), [&] { return c.done; })) {
-        return DeadlineExceeded(fmt::format("fake group: rank {} waited {:.0f} s for the others' collective {}", rank,
-                                            kCollectiveWaitS, seq));
+      } else {
+        // As NCCL's kernel spins: no deadline, no error; only an abort of this rank ends the wait.
+        sh->cv.wait(lock, [&] { return c.done || sh->aborted[rank]; });
+        if (!c.done) {
+          return Aborted(fmt::format("{}: collective {} ended: the group was aborted while it waited for {} of {} "
+                                     "ranks",
+                                     where, seq, sh->size - c.arrived, sh->size));
+        }
       }
       Status st = c.status;
       if (++c.left == sh->size) sh->collectives.erase(seq);  // the last one out forgets it
@@ -125,8 +151,16 @@ class FakeGroup final : public Group {
   std::shared_ptr<FakeDevice> dev_;
   std::shared_ptr<Shared> shared_;
   const int rank_;
+  const std::string where_;
   uint64_t next_seq_ = 0;
 };
+
+// A rank of the group that shares `rank`'s device, or -1 (under sh.mu, every rank joined).
+int SharesDevice(const Shared& sh, int rank) {
+  for (int r = 0; r < sh.size; ++r)
+    if (r != rank && sh.devices[r] == sh.devices[rank]) return r;
+  return -1;
+}
 
 }  // namespace
 
@@ -151,11 +185,25 @@ StatusOr<std::unique_ptr<Group>> JoinFakeGroup(std::shared_ptr<Device> device, c
                                        sh->size));
   }
   std::unique_lock<std::mutex> lock(sh->mu);
+  if (!sh->devices[rank].empty()) {
+    return InvalidArgument(fmt::format("group init on {} (rank {} of {}) failed: rank {} joined group {} already",
+                                       device->name(), rank, size, rank, id));
+  }
+  sh->devices[rank] = device->hardware_id();
   ++sh->joined;
   sh->cv.notify_all();
   if (!sh->cv.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return sh->joined >= sh->size; })) {
     return DeadlineExceeded(fmt::format("group init on {} (rank {} of {}) failed: {} of {} ranks joined within {:.1f} s",
                                         device->name(), rank, size, sh->joined, size, timeout_s));
+  }
+  // As NCCL ("Duplicate GPU detected"): every rank learns it, none gets a group.
+  for (int r = 0; r < size; ++r) {
+    if (int other = SharesDevice(*sh, r); other >= 0) {
+      return InvalidArgument(fmt::format("group init on {} (rank {} of {}) failed: ranks {} and {} use the same device "
+                                         "({}); a group needs one device per rank, as NCCL does",
+                                         device->name(), rank, size, std::min(r, other), std::max(r, other),
+                                         sh->devices[r]));
+    }
   }
   return std::unique_ptr<Group>(new FakeGroup(fake, sh, rank));
 }

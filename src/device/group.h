@@ -5,9 +5,15 @@
 // Every rank must queue the same collectives in the same order (NCCL's rule); the caller orders
 // them (the local root decides and tells the others). A collective is queued on `stream` after
 // the work already there and returns at once; its completion is observed through the device's
-// events / OnDone on that stream.
+// events on that stream (Completions). NCCL's failures are modelled by the fake groups too: a
+// collective whose peer never queues its part never finishes (its stream is stuck, and no error
+// comes), and the groups refuse a device that two ranks share.
 //
-// Threading: one Group is used by one thread at a time (the caller serialises its collectives).
+// On any failure or deadline the caller aborts the group (ncclCommAbort), which ends its stuck
+// collectives; a group is destroyed (ncclCommDestroy) only with no work in flight.
+//
+// Threading: one Group is used by one thread at a time (the caller serialises its collectives and
+// Abort).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +36,10 @@ class Group {
   virtual Status Reduce(const void* send, void* recv, size_t count, DataType dtype, int root, StreamHandle stream) = 0;
   // `root`'s `bytes` at `buf` land in every rank's `buf`.
   virtual Status Broadcast(void* buf, size_t bytes, int root, StreamHandle stream) = 0;
+  // ncclCommAbort: this rank's collectives still queued or stuck end (their results are garbage),
+  // and later calls fail without queueing anything. Idempotent.
+  virtual void Abort() = 0;
+  virtual bool aborted() const = 0;
 };
 
 // Whether devices of `kind` can form groups here: cuda when this build has NCCL's header and
@@ -47,6 +57,7 @@ void EnableFakeGroups(bool on);
 StatusOr<std::string> NewGroupId(Kind kind);
 // Joins group `id` as `rank` of `size` on `device`; blocks until every rank joined or `timeout_s`
 // passed. Errors name the device and the rank ("NCCL init on cuda:1 (local rank 1 of 4) failed: ...").
+// Two ranks on one device (the same hardware_id) fail every rank's join, as NCCL does.
 StatusOr<std::unique_ptr<Group>> JoinGroup(std::shared_ptr<Device> device, const std::string& id, int rank, int size,
                                            double timeout_s);
 

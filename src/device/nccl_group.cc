@@ -123,23 +123,42 @@ class NcclGroup final : public Group {
  public:
   NcclGroup(std::shared_ptr<Device> dev, ncclComm_t comm, int rank, int size)
       : dev_(std::move(dev)), comm_(comm), rank_(rank), size_(size) {}
+  // The caller drained the group's stream first, or aborted the group (Abort frees the
+  // communicator): ncclCommDestroy never meets a collective still in flight.
   ~NcclGroup() override {
+    if (comm_ == nullptr) return;
     (void)cudaSetDevice(dev_->index());
     (void)Load().CommDestroy(comm_);
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   Status Reduce(const void* send, void* recv, size_t count, DataType dtype, int root, StreamHandle s) override {
+    BYTEPS_RETURN_IF_ERROR(Usable());
     BYTEPS_ASSIGN_OR_RETURN(ncclDataType_t t, NcclType(dtype));
     (void)cudaSetDevice(dev_->index());
     return Done("ncclReduce", Load().Reduce(send, recv, count, t, ncclSum, root, comm_, static_cast<cudaStream_t>(s)));
   }
   Status Broadcast(void* buf, size_t bytes, int root, StreamHandle s) override {
+    BYTEPS_RETURN_IF_ERROR(Usable());
     (void)cudaSetDevice(dev_->index());
     return Done("ncclBcast", Load().Bcast(buf, bytes, ncclUint8, root, comm_, static_cast<cudaStream_t>(s)));
   }
+  // ncclCommAbort stops this rank's kernels still spinning (a peer that never queued its part) and
+  // frees the communicator; CUDA sees no error, so the caller already failed that work.
+  void Abort() override {
+    if (comm_ == nullptr) return;
+    (void)cudaSetDevice(dev_->index());
+    (void)Load().CommAbort(comm_);
+    comm_ = nullptr;
+  }
+  bool aborted() const override { return comm_ == nullptr; }
 
  private:
+  Status Usable() const {
+    if (comm_ != nullptr) return Status::Ok();
+    return Precondition(fmt::format("NCCL group on {} (local rank {} of {}) was aborted; it queues nothing more",
+                                    dev_->name(), rank_, size_));
+  }
   // A non-blocking communicator may still be enqueuing: wait (bounded) until it is not.
   Status Done(const char* what, ncclResult_t r) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);

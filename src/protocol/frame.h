@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 5;
+inline constexpr uint8_t kWireVersion = 6;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -40,7 +40,8 @@ enum class Opcode : uint8_t {
   kAuthChallenge = 23,  // payload: kAuthNonceBytes random bytes
   kAuthResponse = 24,   // payload: HMAC-SHA256 proof over the peer's challenge (kAuthProofBytes)
   // Same-host device groups (the GPU local reduce over a device group, e.g. NCCL).
-  kLocalGroup = 25,     // root -> non-root: the device group's id (payload); arg = device kind, sender = index
+  kLocalGroup = 25,     // forming device groups, both ways; request_id = what (group_formation.cc), arg = device
+                        // kind, key = device index, sender = the sender's place
   kLocalGo = 26,        // root -> non-root: queue the collective of (key, round) now; arg = 0 reduce, 1 broadcast,
                         // 2 failed (request_id = the error's code, payload = its message)
   // Shared-memory connections (transport/shm/): the control frames on their Unix socket.

@@ -136,6 +136,7 @@ void Engine::StartPipeline() {
   pc.host_rank = host_rank_;
   pc.size = size();
   pc.start_timeout_s = config_.start_timeout_s;
+  pc.op_timeout_s = config_.op_timeout_s;
   pipelines_ = std::make_unique<PipelineSet>(pc);
   loop->Start();
   {
@@ -166,6 +167,10 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
     if (shut_down_) return Precondition("byteps has been shut down; call init() again");
     if (!failure_.ok()) return failure_.WithContext(fmt::format("push_pull of '{}'", r.name));
   }
+  // Before any lock: a host's first device tensor may wait for its processes to form a device group.
+  StatusOr<const pipeline::Pipeline*> routed = pipelines_->For(r);
+  if (!routed.ok()) return routed.status().WithContext(fmt::format("push_pull of '{}'", r.name));
+  const pipeline::Pipeline* route = *routed;
   // The tuning's own push_pulls (names under __byteps.tune.) are not iterations of the job.
   const bool internal = r.name.rfind(tuning::kInternalTuningPrefix, 0) == 0;
   std::unique_lock<std::mutex> serial(tune_mu_, std::defer_lock);
@@ -185,7 +190,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
       }
     }
     BYTEPS_ASSIGN_OR_RETURN(const planning::TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
-    op = pipeline::MakeOperation(r, *plan, pipelines_->For(r), &next_task_);
+    op = pipeline::MakeOperation(r, *plan, route, &next_task_);
   }
   BYTEPS_RETURN_IF_ERROR(op->pipeline->Admit(*op).WithContext(fmt::format("push_pull of '{}'", r.name)));
   // Submissions are applied in order and a new credit before them: it starts with this operation.

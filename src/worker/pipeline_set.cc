@@ -33,12 +33,14 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
       root && !network && all ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
   pipeline::Stage* local_broadcast = all ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, all)) : nullptr;
   pipeline::Stage* copy_out = !all && !network ? add(std::make_unique<stages::CopyOutStage>(c.loop)) : nullptr;
-  pipeline::Stage* device_in = add(std::make_unique<stages::DeviceCopyInStage>(c.loop, staging_.get()));
-  pipeline::Stage* device_out = add(std::make_unique<stages::DeviceCopyOutStage>(c.loop, staging_.get()));
+  pipeline::Stage* device_in =
+      add(std::make_unique<stages::DeviceCopyInStage>(c.loop, staging_.get(), c.op_timeout_s));
+  pipeline::Stage* device_out =
+      add(std::make_unique<stages::DeviceCopyOutStage>(c.loop, staging_.get(), c.op_timeout_s));
   if (c.local) {
     local_reduce::LocalReducer* sw = c.local->pcie_switch();
     local_reduce::LocalReducer* cross = c.local->cross();
-    groups_ = std::make_unique<stages::DeviceGroups>(sw, staging_.get(), c.start_timeout_s);
+    groups_ = std::make_unique<stages::DeviceGroups>(all, sw, staging_.get(), c.start_timeout_s, c.op_timeout_s);
     pipeline::Stage* group_reduce = add(std::make_unique<stages::GroupReduceStage>(c.loop, groups_.get()));
     pipeline::Stage* group_bcast = add(std::make_unique<stages::GroupBroadcastStage>(c.loop, groups_.get()));
     pipeline::Stage* cross_reduce =
@@ -91,9 +93,14 @@ void PipelineSet::RetireGeneration(uint32_t generation) { staging_->Retire(gener
 
 StagingStats PipelineSet::staging_stats() const { return staging_->stats(); }
 
-const pipeline::Pipeline* PipelineSet::For(const TensorRequest& r) const {
+StatusOr<const pipeline::Pipeline*> PipelineSet::For(const TensorRequest& r) const {
   if (!r.device.on_host()) {
-    const bool group = groups_ && device::GroupsAvailable(r.device.kind);
+    // Device groups when this kind forms them and the host's processes agree they can (one device
+    // each); else the CPU local reduce through pinned staging. The same answer on every local rank.
+    bool group = false;
+    if (groups_ && device::GroupsAvailable(r.device.kind)) {
+      BYTEPS_ASSIGN_OR_RETURN(group, groups_->Ensure(r.device));
+    }
     return group ? &group_pipelines_[r.average ? 1 : 0] : &device_pipelines_[r.average ? 1 : 0];
   }
   return &pipelines_[r.input == r.output ? 1 : 0][r.average ? 1 : 0];

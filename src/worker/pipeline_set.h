@@ -12,8 +12,10 @@
 // A device tensor (TensorDevice not on the host) takes copy-in, then the in-place host list of
 // its process, then copy-out: the host stages work in place on a pinned buffer the partition round
 // leases from the staging pool (stages/staging_pool.h).
-// On a host with several processes whose devices form groups (NCCL; the fake device), it takes
-// the group stages instead of the shared-memory ones (group_stages.h):
+// On a host with several processes whose devices form groups (NCCL; the fake device), one device
+// per process, it takes the group stages instead of the shared-memory ones (group_stages.h; the
+// host's processes decide it together at the first device tensor, so all take the same ones; two
+// processes on one device keep the shared-memory ones):
 //   local root:     group-reduce -> copy-in -> push-pull | [average] -> copy-out -> group-broadcast
 //   local non-root: group-reduce -> group-broadcast
 // With several PCIe switches (local_reduce/local_circles.h) the groups are per switch, and the
@@ -50,6 +52,7 @@ struct PipelineContext {
   int host_rank = 0;                            // this host's worker rank (frames' sender)
   int size = 1;                                 // worker processes in the job (the divisor of `average`)
   double start_timeout_s = 60;                  // how long forming a host's device group may take
+  double op_timeout_s = 300;                    // BYTEPS_TIMEOUT: how long a queued collective may take
 };
 
 class PipelineSet {
@@ -57,7 +60,9 @@ class PipelineSet {
   explicit PipelineSet(const PipelineContext& context);
   ~PipelineSet();
 
-  const pipeline::Pipeline* For(const TensorRequest& request) const;
+  // The pipeline of `request`. A host's first device tensor may block (bounded by the start
+  // timeout) while its processes decide on device groups and form them; an error names why.
+  StatusOr<const pipeline::Pipeline*> For(const TensorRequest& request) const;
   // The network stage (the server links' client), or nullptr when this process has none.
   stages::PushPullStage* push_pull() const { return push_pull_; }
   // The online tuner left key generation `generation` behind for good (planning/key_assigner.h):

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "device/fake_device.h"
-#include "device/group.h"
 #include "tests/integration/cluster_harness.h"
 #include "tests/support/typed_values.h"
 
@@ -178,167 +177,38 @@ TEST(DeviceClusterTest, MismatchedDeviceTensorsAcrossWorkersFailNamingTheTensor)
   }
 }
 
-// Every engine (engines[g]: global rank g, host g / local_size) runs 3 rounds of 3 device tensors
-// on its own fake device (fake_base + g), declared in one order everywhere and enqueued in
-// opposite orders on odd and even ranks; one tensor in place, one averaged. Sums and averages over
-// every engine are exact.
-void GroupRounds(std::vector<worker::Engine*> engines, int fake_base) {
-  const int n = static_cast<int>(engines.size());
-  const size_t counts[] = {5, 3000, 70001};
-  std::vector<std::future<void>> fs;
-  for (int r = 0; r < n; ++r) {
-    fs.push_back(std::async(std::launch::async, [&, r] {
-      worker::Engine& e = *engines[r];
-      for (int k = 0; k < 3; ++k) {
-        auto key = e.Declare(fmt::format("grp.{}", k), std::make_pair(counts[k] * 4, DataType::kFloat32));
-        ASSERT_TRUE(key.ok()) << key.status().ToString();
-      }
-      for (int round = 0; round < 3; ++round) {
-        std::vector<std::vector<float>> in(3), out(3);
-        std::vector<worker::HandleId> hs(3);
-        for (int j = 0; j < 3; ++j) {
-          const int k = r % 2 == 0 ? j : 2 - j;
-          in[k].resize(counts[k]);
-          out[k].assign(counts[k], -1.0f);
-          for (size_t i = 0; i < counts[k]; ++i) in[k][i] = static_cast<float>((r + 1) * (i % 7) + round);
-          worker::TensorRequest req;
-          req.name = fmt::format("grp.{}", k);
-          req.input = in[k].data();
-          req.output = k == 1 ? in[k].data() : out[k].data();
-          req.bytes = counts[k] * 4;
-          req.average = k == 2;
-          req.device = {device::Kind::kFake, fake_base + r, nullptr};
-          auto h = e.Enqueue(req);
-          ASSERT_TRUE(h.ok()) << h.status().ToString();
-          hs[k] = *h;
-        }
-        for (int k = 0; k < 3; ++k) {
-          Status st = e.Wait(hs[k], 20);
-          ASSERT_TRUE(st.ok()) << st.ToString();
-          e.Release(hs[k]);
-          const auto& res = k == 1 ? in[k] : out[k];
-          for (size_t i = 0; i < counts[k]; ++i) {
-            const double sum = n * (n + 1) / 2.0 * (i % 7) + n * round;
-            ASSERT_EQ(res[i], static_cast<float>(k == 2 ? sum / n : sum)) << k << "[" << i << "] rank " << r;
-          }
-        }
-      }
-    }));
-  }
-  for (auto& f : fs) f.get();
-}
-
-std::vector<worker::Engine*> EnginesOf(ClusterHarness& h, int count) {
-  std::vector<worker::Engine*> out;
-  for (int i = 0; i < count; ++i) out.push_back(&h.worker(i));
-  return out;
-}
-
-// Processes of one host (engines here, BYTEPS_LOCAL_SIZE=local_size, one worker host, no servers).
-std::vector<std::unique_ptr<worker::Engine>> StartLocalEngines(int local_size, int pcie_switch_size,
-                                                               double start_timeout_s = 10) {
-  std::vector<std::unique_ptr<worker::Engine>> engines(local_size);
-  std::vector<std::future<StatusOr<std::unique_ptr<worker::Engine>>>> starts;
-  for (int r = 0; r < local_size; ++r) {
-    config::Config c;
-    c.role = config::Role::kWorker;
-    c.num_workers = 1;
-    c.local_size = local_size;
-    c.local_rank = r;
-    c.pcie_switch_size = pcie_switch_size;
-    c.job_secret = fmt::format("group-test-{}-{}-{}", getpid(), local_size, pcie_switch_size);
-    c.start_timeout_s = start_timeout_s;
-    starts.push_back(std::async(std::launch::async, [c] { return worker::Engine::Start(c); }));
-  }
-  for (int r = 0; r < local_size; ++r) {
-    auto e = starts[r].get();
-    EXPECT_TRUE(e.ok()) << e.status().ToString();
-    if (e.ok()) engines[r] = std::move(e).value();
-  }
-  return engines;
-}
-
-void ShutdownEngines(std::vector<std::unique_ptr<worker::Engine>>& engines) {
-  std::vector<std::future<Status>> downs;
-  for (auto& e : engines) downs.push_back(std::async(std::launch::async, [&e] { return e->Shutdown(); }));
-  for (auto& d : downs) EXPECT_TRUE(d.get().ok());
-}
-
-// Two processes of one host whose fake devices form a group: device tensors take group-reduce ->
-// copy-in -> [average] -> copy-out -> group-broadcast on the root and group-reduce ->
-// group-broadcast on the other.
-TEST(DeviceClusterTest, AHostsDevicesReduceThroughTheirGroup) {
-  device::EnableFakeGroups(true);
-  auto engines = StartLocalEngines(2, 0);
-  ASSERT_TRUE(engines[0] && engines[1]);
-  GroupRounds({engines[0].get(), engines[1].get()}, 300);
-  // The group moved the non-root's bytes: it copied nothing to or from the host (the shared-memory
-  // path would have); the root copied its sums out and back for the average.
-  EXPECT_EQ(device::FakeDevice::Get(300)->copies(), 0u);
-  EXPECT_GT(device::FakeDevice::Get(301)->copies(), 0u);
-  ShutdownEngines(engines);
-  device::EnableFakeGroups(false);
-}
-
-// A device group that cannot form (here: the other process never uses a device tensor; with NCCL,
-// an init failure) fails the call within the start timeout, naming the device and the local rank.
-TEST(DeviceClusterTest, AGroupThatCannotFormFailsNamingTheDeviceAndTheLocalRank) {
-  device::EnableFakeGroups(true);
-  auto engines = StartLocalEngines(2, 0, 1.0);
-  ASSERT_TRUE(engines[0] && engines[1]);
-  std::vector<float> x(64, 1.0f);
-  worker::TensorRequest req;
-  req.name = "lonely";
-  req.input = req.output = x.data();
-  req.bytes = x.size() * 4;
-  req.device = {device::Kind::kFake, 360, nullptr};
-  const auto t0 = std::chrono::steady_clock::now();
-  auto hd = engines[1]->Enqueue(req);  // the local root forms the group; local rank 0 never joins
-  Status st = hd.ok() ? engines[1]->Wait(*hd, 10) : hd.status();
-  ASSERT_FALSE(st.ok());
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 8s);
-  EXPECT_NE(st.message().find("fake:360"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("BYTEPS_LOCAL_RANK=1"), std::string::npos) << st.message();
-  EXPECT_NE(st.message().find("lonely"), std::string::npos) << st.message();
-  ShutdownEngines(engines);
-  device::EnableFakeGroups(false);
-}
-
-// BYTEPS_PCIE_SWITCH_SIZE=2 on a host of 4: local ranks {0,1} and {2,3} each reduce in their own
-// device group to their switch's root (1 and 3), which stage the switch's sum in host memory and
-// add them on the CPU (the cross-switch circle, root 3), then everything flows back.
-TEST(DeviceClusterTest, PcieSwitchesReduceInTheirGroupsThenAcrossOnTheCpu) {
-  device::EnableFakeGroups(true);
-  auto engines = StartLocalEngines(4, 2);
-  for (auto& e : engines) ASSERT_TRUE(e);
-  std::vector<worker::Engine*> raw;
-  for (auto& e : engines) raw.push_back(e.get());
-  GroupRounds(raw, 320);
-  for (int r : {0, 2}) EXPECT_EQ(device::FakeDevice::Get(320 + r)->copies(), 0u) << "rank " << r;
-  for (int r : {1, 3}) EXPECT_GT(device::FakeDevice::Get(320 + r)->copies(), 0u) << "switch root " << r;
-  ShutdownEngines(engines);
-  device::EnableFakeGroups(false);
-}
-
-// The distributed case: 2 worker hosts of 4 GPU processes each in 2 PCIe switches, 2 servers.
-// Every process gets the sum over all 8; only the switches' roots touch host memory.
-TEST(DeviceClusterTest, SeveralHostsWithSeveralDevicesEachSumExactly) {
-  device::EnableFakeGroups(true);
+// A kernel fails on the framework's stream before the push_pull: as on CUDA, that stream and the
+// copy stream that waits for it are broken and run no host function again. The copy's completion
+// comes from its event instead, so the push_pull fails at once (its deadline is far away), naming
+// the tensor, the device and the error.
+TEST(DeviceClusterTest, AStreamErrorFailsTheTensorNamingItThoughNoHostFunctionRuns) {
   HarnessOptions o;
-  o.num_workers = 2;
-  o.num_servers = 2;
-  o.local_size = 4;
-  o.pcie_switch_size = 2;
-  o.partition_bytes = 65536;  // several partitions per tensor
+  o.num_workers = 1;
+  o.num_servers = 1;
   ClusterHarness h(o);
   ASSERT_TRUE(h.StartWorkers().ok());
-  GroupRounds(EnginesOf(h, 8), 340);
-  for (int g = 0; g < 8; ++g) {
-    if (g % 2 == 0) EXPECT_EQ(device::FakeDevice::Get(340 + g)->copies(), 0u) << "rank " << g;
-    else EXPECT_GT(device::FakeDevice::Get(340 + g)->copies(), 0u) << "switch root " << g;
-  }
+  auto fake = device::FakeDevice::Get(210);
+  auto framework = fake->CreateStream();
+  ASSERT_TRUE(framework.ok());
+  const uint64_t dropped = fake->dropped_host_functions();
+  ASSERT_TRUE(fake->Enqueue(*framework, [] { return Unavailable("an illegal address in the test's kernel"); }).ok());
+  std::vector<float> x(5000, 1.0f);
+  worker::TensorRequest req;
+  req.name = "after.fault";
+  req.input = req.output = x.data();
+  req.bytes = x.size() * 4;
+  req.device = {device::Kind::kFake, 210, *framework};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto hd = h.worker(0).Enqueue(req);
+  ASSERT_TRUE(hd.ok()) << hd.status().ToString();
+  Status st = h.worker(0).Wait(*hd, 30);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  for (const char* part : {"'after.fault' partition 0 on fake:210", "illegal address"})
+    EXPECT_NE(st.message().find(part), std::string::npos) << part << " in " << st.message();
+  EXPECT_GT(fake->dropped_host_functions(), dropped);  // the copy's host function never ran
   EXPECT_TRUE(h.ShutdownAll().ok());
-  device::EnableFakeGroups(false);
+  fake->DestroyStream(*framework);
 }
 
 TEST(DeviceClusterTest, ACudaTensorWithoutAGpuIsRefusedNamingTheCause) {

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "device/fake_device.h"
@@ -20,6 +23,10 @@ namespace {
 using testing::MakeOp;
 using testing::MakePlan;
 using testing::RecordingSink;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 constexpr int kRanks = 3;  // local rank 2 is the root
 
@@ -54,7 +61,8 @@ class GroupStagesTest : public ::testing::Test {
       Rank& k = ranks_[r];
       k.local = std::move(lr.value());
       k.staging = std::make_unique<stages::DeviceStaging>();
-      k.groups = std::make_unique<stages::DeviceGroups>(k.local.get(), k.staging.get(), 10);
+      k.groups =
+          std::make_unique<stages::DeviceGroups>(k.local.get(), k.local.get(), k.staging.get(), 10, op_timeout_s_);
       k.reduce = std::make_unique<stages::GroupReduceStage>(&k.reduced, k.groups.get());
       k.bcast = std::make_unique<stages::GroupBroadcastStage>(&k.broadcast, k.groups.get());
       k.dev = device::FakeDevice::Get(60 + r + 10 * next_++);
@@ -72,8 +80,9 @@ class GroupStagesTest : public ::testing::Test {
   }
 
   // Each rank's operation over `plan` (its values: rank + 1 + element index), admitted from its own
-  // thread at once (forming the group blocks until every rank joins).
-  void Admit(const planning::TensorPlan& plan, bool in_place) {
+  // thread at once (forming the group blocks until every rank joins). `streams[r]`: rank r's
+  // framework stream (its operation's ready event is recorded there), default when absent.
+  void Admit(const planning::TensorPlan& plan, bool in_place, std::vector<device::StreamHandle> streams = {}) {
     const size_t n = plan.bytes / 4;
     std::vector<std::future<Status>> admits;
     for (int r = 0; r < kRanks; ++r) {
@@ -82,7 +91,8 @@ class GroupStagesTest : public ::testing::Test {
       for (size_t i = 0; i < n; ++i) k.in[i] = static_cast<float>(r + 1 + i);
       k.out.assign(n, -1.0f);
       k.op = MakeOp(plan, pipeline_, k.in.data(), in_place ? k.in.data() : k.out.data());
-      k.op->request.device = {device::Kind::kFake, k.dev->index(), nullptr};
+      device::StreamHandle framework = r < static_cast<int>(streams.size()) ? streams[r] : nullptr;
+      k.op->request.device = {device::Kind::kFake, k.dev->index(), framework};
       for (auto& t : k.op->parts) t.round = round_;
       admits.push_back(std::async(std::launch::async, [&k] { return k.reduce->Admit(*k.op); }));
     }
@@ -95,6 +105,7 @@ class GroupStagesTest : public ::testing::Test {
   float Want(size_t i) const { return static_cast<float>(1 + 2 + 3 + 3 * i); }
 
   Rank ranks_[kRanks];
+  double op_timeout_s_ = 10;  // each collective's deadline
   pipeline::Pipeline pipeline_;
   uint32_t round_ = 1;
   static inline int next_ = 0;
@@ -159,6 +170,76 @@ TEST_F(GroupStagesTest, ARoundTheRootFailsFailsOnEveryRankWithItsCode) {
   for (int r = 0; r < kRanks; ++r) ranks_[r].reduce->Start(&ranks_[r].op->parts[0]);
   ASSERT_TRUE(root.reduced.WaitFor(&root.op->parts[0]).ok());
   EXPECT_EQ(root.out[15], Want(15));
+}
+
+// CUDA forbids a host function to wait: a collective's completion reaches the stages on the
+// completions thread, so a host function never waits for the stages' lock, which other threads
+// hold while they queue collectives. Here the test holds every rank's lock while the collectives
+// run (their framework streams were held until then).
+TEST_F(GroupStagesTest, NoHostFunctionWaitsForTheStagesLock) {
+  auto plan = MakePlan("l", 7, 1, 64);
+  std::vector<device::StreamHandle> framework;
+  std::vector<std::shared_ptr<device::FakeGate>> gates;
+  for (Rank& k : ranks_) {
+    framework.push_back(k.dev->CreateStream().value());
+    gates.push_back(k.dev->Hold(framework.back()));
+  }
+  Admit(*plan, /*in_place=*/false, framework);
+  for (int r = 0; r < kRanks; ++r) ranks_[r].reduce->Start(&ranks_[r].op->parts[0]);
+  std::this_thread::sleep_for(200ms);  // the collectives are queued behind the framework streams
+  {
+    std::vector<std::unique_lock<std::mutex>> held;
+    for (Rank& k : ranks_) held.push_back(k.groups->LockForTest());
+    for (auto& g : gates) g->Open();  // the collectives run, their host functions fire
+    std::this_thread::sleep_for(300ms);
+    for (Rank& k : ranks_) EXPECT_FALSE(k.reduced.completed(&k.op->parts[0]));  // waiting for the lock, elsewhere
+  }
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(ranks_[r].reduced.WaitFor(&ranks_[r].op->parts[0]).ok()) << r;
+  for (int r = 0; r < kRanks; ++r) EXPECT_LT(ranks_[r].dev->longest_host_function_s(), 0.1) << "rank " << r;
+  for (size_t i = 0; i < 16; ++i) ASSERT_EQ(ranks_[kRanks - 1].out[i], Want(i)) << i;
+  for (int r = 0; r < kRanks; ++r) ranks_[r].dev->DestroyStream(framework[r]);
+}
+
+class GroupStagesDeadlineTest : public GroupStagesTest {
+ protected:
+  GroupStagesDeadlineTest() { op_timeout_s_ = 0.5; }
+};
+
+// NCCL's missing peer: local rank 1's framework stream never reaches the push_pull, so its group
+// stream never gets to its part of the Reduce, and the others' Reduce spins without an error.
+// Every rank fails the round at the collective deadline, naming the tensor, the device and the
+// local rank; every group is aborted (which ends what spins), and the teardown is prompt.
+TEST_F(GroupStagesDeadlineTest, AMissingPeerFailsTheRoundAtTheDeadlineAbortsTheGroupsAndShutdownIsPrompt) {
+  auto plan = MakePlan("m", 6, 1, 64);
+  Rank& late = ranks_[1];
+  auto framework = late.dev->CreateStream();
+  ASSERT_TRUE(framework.ok());
+  auto gate = late.dev->Hold(*framework);
+  Admit(*plan, /*in_place=*/false, {nullptr, *framework, nullptr});
+  const auto t0 = Clock::now();
+  for (int r = 0; r < kRanks; ++r) ranks_[r].reduce->Start(&ranks_[r].op->parts[0]);
+  for (int r = 0; r < kRanks; ++r) {
+    Status st = ranks_[r].reduced.WaitFor(&ranks_[r].op->parts[0]);
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << "rank " << r << ": " << st.ToString();
+    for (const std::string& part : {std::string("'m' partition 0"), ranks_[r].dev->name() + ": the group's reduce",
+                                    "on local rank " + std::to_string(r) + " of 3", std::string("was aborted")}) {
+      EXPECT_NE(st.message().find(part), std::string::npos) << "rank " << r << ": " << part << " in " << st.message();
+    }
+    EXPECT_TRUE(ranks_[r].groups->aborted()) << "rank " << r;
+  }
+  EXPECT_GE(SecondsSince(t0), op_timeout_s_);
+  EXPECT_LT(SecondsSince(t0), op_timeout_s_ + 3);
+  const auto t1 = Clock::now();  // the engine's teardown order: local sockets closed, then the stages
+  for (Rank& k : ranks_) k.local->Close();
+  for (Rank& k : ranks_) {
+    k.bcast.reset();
+    k.reduce.reset();
+    k.groups.reset();
+  }
+  EXPECT_LT(SecondsSince(t1), op_timeout_s_ + 1);
+  gate->Open();  // the late stream runs its part now: into an aborted group, which ends it
+  EXPECT_TRUE(late.dev->Drain(*framework, 10).ok());
+  late.dev->DestroyStream(*framework);
 }
 
 }  // namespace

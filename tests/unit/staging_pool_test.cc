@@ -183,8 +183,8 @@ class StagedCopiesTest : public ::testing::Test {
   stages::DeviceStaging staging_;
   stages::DeviceStaging::Slot* slot_ = nullptr;
   RecordingSink copied_in_, copied_out_;
-  stages::DeviceCopyInStage in_{&copied_in_, &staging_};
-  stages::DeviceCopyOutStage out_{&copied_out_, &staging_};
+  stages::DeviceCopyInStage in_{&copied_in_, &staging_, 30.0};
+  stages::DeviceCopyOutStage out_{&copied_out_, &staging_, 30.0};
   std::unique_ptr<planning::TensorPlan> plan_ = MakePlan("staged", 0, 1, 4096);
   pipeline::Pipeline pipeline_{{&in_, &out_}};
   static inline int next_ = 0;

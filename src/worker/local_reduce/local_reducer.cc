@@ -178,15 +178,25 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       break;
     }
     case Opcode::kLocalGroup:
-    case Opcode::kLocalGo: {  // non-root: a device group's frames, in the root's order
+    case Opcode::kLocalGo: {  // a device group's frames: the root's, in its order; a non-root's device
+      if (is_root() && (h.opcode == Opcode::kLocalGo || static_cast<int64_t>(h.sender) != c.tag)) {
+        BYTEPS_LOG(Warning, "dropped a {} frame from {} (sender {}): not one a local root takes from it",
+                   protocol::OpcodeName(h.opcode), c.peer_name(), h.sender);
+        return;
+      }
       std::function<void(const Header&, const std::string&)> listener;
       {
         std::lock_guard<std::mutex> lock(mu_);
+        if (!group_listener_ || early_draining_) {
+          // Kept for the listener: a peer's first device tensor may come before this process's
+          // pipeline exists.
+          early_group_frames_.emplace_back(h, std::move(payload));
+          return;
+        }
         listener = group_listener_;
-        if (listener) ++listener_calls_;
+        ++listener_calls_;
       }
-      if (!listener) return;
-      if (!is_root()) listener(h, payload);
+      listener(h, payload);
       {
         std::lock_guard<std::mutex> lock(mu_);
         --listener_calls_;

@@ -19,6 +19,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -86,11 +87,16 @@ class LocalReducer : public transport::Handler {
   Status Publish(const Part& part, const void* result);
   // Root: tells every non-root that (key, round) failed (code in the header's arg, message as payload).
   void PublishError(uint64_t key, uint32_t round, const Status& error);
-  // Device groups (group_stages.h) use this process's local socket for their ordering: the root
-  // sends every non-root one frame (in the order of the calls), a non-root's listener gets the
-  // kLocalGroup / kLocalGo frames on the I/O thread, in that order. Setting a listener (or none)
-  // returns once no call of the previous one is in progress.
+  // Device groups (group_stages.h) use this process's local socket to form and to order: the root
+  // sends every non-root one frame (in the order of the calls), a non-root sends the root its
+  // device (kLocalGroup). The listener gets kLocalGroup frames on both sides and kLocalGo frames on
+  // a non-root, on the I/O thread, in order; a frame a non-root sends carries its place in
+  // `sender` (checked here). Frames that come while no listener is set are kept for the next one
+  // (a peer's first device tensor may come before this process's pipeline exists), which gets
+  // them, in order, inside SetGroupListener. Setting a listener (or none) returns once no call of
+  // the previous one is in progress.
   Status SendToNonRoots(const protocol::Header& h, const std::string& payload);
+  Status SendToRoot(const protocol::Header& h, const std::string& payload);  // non-root
   void SetGroupListener(std::function<void(const protocol::Header&, const std::string&)> listener);
   // Fails everything waiting (e.g. the job failed elsewhere).
   void FailAll(const Status& st);
@@ -162,6 +168,9 @@ class LocalReducer : public transport::Handler {
   std::map<RoundKey, Result> awaited_;
   std::function<void(const protocol::Header&, const std::string&)> group_listener_;  // guarded by mu_
   int listener_calls_ = 0;  // calls of group_listener_ in progress (guarded by mu_)
+  // Group frames that came with no listener set, or while SetGroupListener hands those over.
+  std::deque<std::pair<protocol::Header, std::string>> early_group_frames_;
+  bool early_draining_ = false;
 };
 
 }  // namespace byteps::worker::local_reduce

@@ -233,10 +233,35 @@ Status LocalReducer::SendToNonRoots(const Header& h, const std::string& payload)
   return Status::Ok();
 }
 
+Status LocalReducer::SendToRoot(const Header& h, const std::string& payload) {
+  std::shared_ptr<transport::Connection> root;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return failure_;
+    root = root_;
+  }
+  if (!root) return Internal("SendToRoot on the local root");
+  return root->SendCopy(h, payload);
+}
+
 void LocalReducer::SetGroupListener(std::function<void(const Header&, const std::string&)> listener) {
   std::unique_lock<std::mutex> lock(mu_);
-  group_listener_ = std::move(listener);
+  group_listener_ = listener;
   cv_.wait(lock, [&] { return listener_calls_ == 0; });  // a call in progress ends before we return
+  if (!listener) return;
+  // The frames that came before it, in order; the I/O thread queues behind them meanwhile.
+  early_draining_ = true;
+  while (!early_group_frames_.empty() && group_listener_) {
+    auto [h, payload] = std::move(early_group_frames_.front());
+    early_group_frames_.pop_front();
+    ++listener_calls_;
+    lock.unlock();
+    listener(h, payload);
+    lock.lock();
+    --listener_calls_;
+  }
+  early_draining_ = false;
+  cv_.notify_all();
 }
 
 }  // namespace byteps::worker::local_reduce

@@ -29,26 +29,28 @@ std::string Where(const pipeline::PartitionTask& t, const device::Device& d) {
   return fmt::format("'{}' partition {} on {}", t.op->request.name, t.part, d.name());
 }
 
-// Completes `t` through `sink` once the work queued on `stream` so far is done; `then` runs first
-// on success (on the device's callback thread). The device is then done with the buffer of lease
-// `lease`: its holder (this copy's, or for copy-out the pipeline's) is released, also when the task
-// was failed meanwhile (FailAll completed it before the device finished).
+// Completes `t` through `sink` once the work queued on `stream` so far is done, failed, or passed
+// `deadline_s`; `then` runs first on success (on the completions thread). Once the work succeeded
+// the device is done with the buffer of lease `lease`: its holder (this copy's, or for copy-out the
+// pipeline's) is released, also when the task was failed meanwhile (FailAll completed it before the
+// device finished). A copy that failed or passed its deadline keeps its buffer (the device may
+// still write it): freed at shutdown, after the streams drained.
 template <typename Then>
-void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, DeviceStaging* staging, uint64_t lease,
-                      DeviceStaging::Slot* slot, device::StreamHandle stream, pipeline::PartitionTask* t, Then then) {
+void CompleteWhenDone(pipeline::StageSink* sink, InFlightCopies* in_flight, device::Completions* completions,
+                      double deadline_s, DeviceStaging* staging, uint64_t lease, DeviceStaging::Slot* slot,
+                      device::StreamHandle stream, pipeline::PartitionTask* t, const char* what, Then then) {
   in_flight->Add(t);
   device::Device* dev = slot->device.get();  // lives as long as the staging, which outlives the copies
-  Status st = slot->device->OnDone(stream, [sink, in_flight, staging, lease, t, then, dev](Status s) {
-    staging->Release(lease);
+  auto done = [sink, in_flight, staging, lease, t, then, dev](const Status& s) {
+    if (s.ok()) staging->Release(lease);
     if (!in_flight->Take(t)) return;  // failed meanwhile (FailAll): completed already
     if (s.ok()) {
       then();
       return sink->Complete(t, s);
     }
     sink->Complete(t, s.WithContext(Where(*t, *dev)));
-  });
-  // Without a callback nobody learns when the device is done with the buffer: it stays leased
-  // (freed at shutdown, after the streams drained).
+  };
+  Status st = completions->Watch(slot->device, stream, deadline_s, what, std::move(done));
   if (!st.ok() && in_flight->Take(t)) sink->Complete(t, st.WithContext(Where(*t, *slot->device)));
 }
 
@@ -74,8 +76,9 @@ void DeviceCopyInStage::Start(pipeline::PartitionTask* t) {
   if (st.ok() && t->push_len > 0) st = dev.CopyAsync(*buf, t->src, t->push_len, device::CopyKind::kDeviceToHost, (*slot)->in);
   if (!st.ok()) return sink()->Complete(t, st.WithContext(Where(*t, dev)));
   uint8_t* host = *buf;
-  staging_->Hold(t->id);  // the copy's hold, released by its callback
-  CompleteWhenDone(sink(), &in_flight_, staging_, t->id, *slot, (*slot)->in, t, [t, host] {
+  staging_->Hold(t->id);  // the copy's hold, released once the device finished it
+  CompleteWhenDone(sink(), &in_flight_, &completions_, deadline_s_, staging_, t->id, *slot, (*slot)->in, t,
+                   "the copy to the host (after the framework's stream reached the call; BYTEPS_TIMEOUT)", [t, host] {
     t->src = host;
     t->dst = host;
   });
@@ -100,13 +103,17 @@ void DeviceCopyOutStage::Start(pipeline::PartitionTask* t) {
   }
   st = dev.StreamWaitStream(r.device.stream, (*slot)->out);
   if (!st.ok()) {
-    // The copy is queued: the buffer goes back once it finished (or stays leased without a callback).
+    // The copy is queued: the buffer goes back once the device finished it.
     DeviceStaging* staging = staging_;
     const uint64_t lease = t->id;
-    (void)dev.OnDone((*slot)->out, [staging, lease](Status) { staging->Release(lease); });
+    (void)completions_.Watch((*slot)->device, (*slot)->out, deadline_s_, "the copy back to the device",
+                             [staging, lease](const Status& done) {
+                               if (done.ok()) staging->Release(lease);
+                             });
     return sink()->Complete(t, st.WithContext(Where(*t, dev)));
   }
-  CompleteWhenDone(sink(), &in_flight_, staging_, t->id, *slot, (*slot)->out, t, [t, out] {
+  CompleteWhenDone(sink(), &in_flight_, &completions_, deadline_s_, staging_, t->id, *slot, (*slot)->out, t,
+                   "the copy back to the device (BYTEPS_TIMEOUT)", [t, out] {
     t->src = out;
     t->dst = out;
   });

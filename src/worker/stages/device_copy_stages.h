@@ -12,14 +12,19 @@
 //             A partition that failed before reaching copy-out gives its buffer back in Skip (once
 //             the device finished the copy-in that writes it).
 //
-// Neither stage ever blocks the CPU on the framework's stream. A task failed elsewhere (FailAll)
-// is completed at once; its copy's later callback finds it gone and does nothing.
-// Threading: Admit on the framework thread; Start / FailAll per Stage; callbacks on the device's.
+// Neither stage ever blocks the CPU on the framework's stream. A copy's completion is watched
+// (device::Completions: an event with the op deadline, BYTEPS_TIMEOUT), so a failed stream, which
+// calls no host function, still fails the task, naming the tensor and the device. A task failed
+// elsewhere (FailAll) is completed at once; its copy's later completion finds it gone and does
+// nothing.
+// Threading: Admit on the framework thread; Start / FailAll per Stage; completions on each stage's
+// completions thread.
 #pragma once
 
 #include <mutex>
 #include <unordered_set>
 
+#include "device/completions.h"
 #include "worker/pipeline/stage.h"
 #include "worker/stages/device_staging.h"
 
@@ -40,28 +45,33 @@ class InFlightCopies {
 
 class DeviceCopyInStage : public pipeline::Stage {
  public:
-  DeviceCopyInStage(pipeline::StageSink* sink, DeviceStaging* staging)
-      : pipeline::Stage("copy-in", sink), staging_(staging) {}
+  // `deadline_s`: how long a copy may take (its wait for the framework's stream included).
+  DeviceCopyInStage(pipeline::StageSink* sink, DeviceStaging* staging, double deadline_s)
+      : pipeline::Stage("copy-in", sink), staging_(staging), deadline_s_(deadline_s) {}
   Status Admit(pipeline::Operation& op) override;
   void Start(pipeline::PartitionTask* task) override;
   void FailAll(const Status& failure) override;
 
  private:
   DeviceStaging* staging_;
+  const double deadline_s_;
   InFlightCopies in_flight_;
+  device::Completions completions_;  // last: its thread stops first
 };
 
 class DeviceCopyOutStage : public pipeline::Stage {
  public:
-  DeviceCopyOutStage(pipeline::StageSink* sink, DeviceStaging* staging)
-      : pipeline::Stage("copy-out", sink), staging_(staging) {}
+  DeviceCopyOutStage(pipeline::StageSink* sink, DeviceStaging* staging, double deadline_s)
+      : pipeline::Stage("copy-out", sink), staging_(staging), deadline_s_(deadline_s) {}
   void Start(pipeline::PartitionTask* task) override;
   void Skip(pipeline::PartitionTask* task, const Status& failure) override;
   void FailAll(const Status& failure) override;
 
  private:
   DeviceStaging* staging_;
+  const double deadline_s_;
   InFlightCopies in_flight_;
+  device::Completions completions_;  // last: its thread stops first
 };
 
 }  // namespace byteps::worker::stages

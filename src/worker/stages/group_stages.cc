@@ -1,7 +1,5 @@
 #include "worker/stages/group_stages.h"
 
-#include <chrono>
-
 #include <fmt/format.h>
 
 #include "common/logging.h"
@@ -15,7 +13,6 @@ using protocol::Opcode;
 
 namespace {
 constexpr uint32_t kGoReduce = 0, kGoBroadcast = 1, kGoFailed = 2;
-constexpr double kDrainS = 30;
 
 Header Go(const pipeline::PartitionTask& t, uint32_t what) {
   Header h;
@@ -27,75 +24,19 @@ Header Go(const pipeline::PartitionTask& t, uint32_t what) {
 }
 }  // namespace
 
-DeviceGroups::DeviceGroups(local_reduce::LocalReducer* local, DeviceStaging* staging, double start_timeout_s)
-    : local_(local), staging_(staging), start_timeout_s_(start_timeout_s) {
-  if (!local_->is_root()) local_->SetGroupListener([this](const Header& h, const std::string& p) { OnFrame(h, p); });
-}
-
-DeviceGroups::~DeviceGroups() {
-  local_->SetGroupListener(nullptr);
-  if (device_ && stream_) {
-    Status st = device_->Drain(stream_, kDrainS);
-    if (!st.ok()) BYTEPS_LOG(Warning, "{}: collectives still queued at shutdown: {}", device_->name(), st.message());
-  }
-  group_.reset();
-  if (device_ && stream_) device_->DestroyStream(stream_);
-}
-
-Status DeviceGroups::Ensure(const TensorDevice& d) {
-  std::lock_guard<std::mutex> form(form_mu_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return failure_;
-    if (group_) {
-      if (device_->kind() == d.kind && device_->index() == d.index) return Status::Ok();
-      return InvalidArgument(fmt::format("this process's device group is on {}, and a tensor is on {}:{}; each "
-                                         "process of a host drives one device",
-                                         device_->name(), device::KindName(d.kind), d.index));
-    }
-  }
-  BYTEPS_ASSIGN_OR_RETURN(DeviceStaging::Slot * slot, staging_->For(d.kind, d.index));
-  std::string id;
-  if (is_root()) {
-    BYTEPS_ASSIGN_OR_RETURN(id, device::NewGroupId(d.kind));
-    Header h;
-    h.opcode = Opcode::kLocalGroup;
-    h.arg = static_cast<uint32_t>(d.kind);
-    h.sender = static_cast<uint32_t>(d.index);
-    BYTEPS_RETURN_IF_ERROR(local_->SendToNonRoots(h, id));
-  } else {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(start_timeout_s_),
-                      [&] { return !id_.empty() || !failure_.ok(); })) {
-      return DeadlineExceeded(fmt::format("{}: the local root sent no device group within {:.0f} s "
-                                          "(BYTEPS_START_TIMEOUT; does the local root use device tensors too?)",
-                                          slot->device->name(), start_timeout_s_));
-    }
-    if (!failure_.ok()) return failure_;
-    id = id_;
-  }
-  const int rank = local_->local_rank(), size = local_->local_size();
-  auto joined = device::JoinGroup(slot->device, id, rank, size, start_timeout_s_);
-  if (!joined.ok()) {
-    return joined.status().WithContext(fmt::format("the device group of BYTEPS_LOCAL_RANK={} (its members: local ranks "
-                                                   "{} to {})",
-                                                   local_->RankOf(rank), local_->RankOf(0), local_->RankOf(size - 1)));
-  }
-  std::unique_ptr<device::Group> g = std::move(joined).value();
-  BYTEPS_ASSIGN_OR_RETURN(device::StreamHandle s, slot->device->CreateStream());
-  std::lock_guard<std::mutex> lock(mu_);
-  device_ = slot->device;
-  stream_ = s;
-  group_ = std::move(g);
-  return Status::Ok();
-}
-
 uint8_t* DeviceGroups::OutputOf(const pipeline::PartitionTask& t) const {
   return static_cast<uint8_t*>(t.op->request.output) + t.offset;
 }
 
 void DeviceGroups::Finish(pipeline::StageSink* sink, pipeline::PartitionTask* t, const Status& st) {
   sink->Complete(t, st.ok() ? st : st.WithContext(fmt::format("'{}' partition {}", t->op->request.name, t->part)));
+}
+
+Status DeviceGroups::WatchLocked(const char* what, device::Completions::Done done) {
+  return completions_->Watch(device_, stream_, op_timeout_s_,
+                             fmt::format("the group's {} on local rank {} of {} (BYTEPS_TIMEOUT)", what,
+                                         local_->RankOf(local_->local_rank()), local_->local_size()),
+                             std::move(done));
 }
 
 void DeviceGroups::StartReduce(pipeline::PartitionTask* t, pipeline::StageSink* sink) {
@@ -116,7 +57,7 @@ void DeviceGroups::StartReduce(pipeline::PartitionTask* t, pipeline::StageSink* 
     if (!st.ok()) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        pending_.erase(rk);
+        if (pending_.erase(rk) == 0) return;  // failed meanwhile: completed there
       }
       Finish(sink, t, st);
     }
@@ -137,14 +78,30 @@ void DeviceGroups::QueueReduceLocked(pipeline::PartitionTask* t, pipeline::Stage
   if (st.ok() && is_root()) st = local_->SendToNonRoots(Go(*t, kGoReduce), "");
   if (st.ok() && t->op->ready_event) st = device_->StreamWaitEvent(stream_, t->op->ready_event.get());
   uint8_t* out = is_root() ? OutputOf(*t) : nullptr;
-  if (st.ok()) st = group_->Reduce(t->src, is_root() ? out : const_cast<uint8_t*>(t->src), count, t->op->request.dtype, root, stream_);
   if (st.ok()) {
-    st = device_->OnDone(stream_, [this, t, sink, out](Status s) {
-      if (s.ok() && out) t->src = t->dst = out;
-      Finish(sink, t, s);
-    });
+    st = group_->Reduce(t->src, is_root() ? out : const_cast<uint8_t*>(t->src), count, t->op->request.dtype, root,
+                        stream_);
+  }
+  if (st.ok()) {
+    queued_[t] = sink;
+    st = WatchLocked("reduce", [this, t, out](const Status& s) { OnQueuedDone(t, s, out); });
+    if (!st.ok()) queued_.erase(t);
   }
   if (!st.ok()) Finish(sink, t, st);
+}
+
+void DeviceGroups::OnQueuedDone(pipeline::PartitionTask* t, const Status& st, uint8_t* out) {
+  if (!st.ok()) FailGroup(st);  // completes `t` too, with the cause
+  pipeline::StageSink* sink = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = queued_.find(t);
+    if (it == queued_.end()) return;  // failed meanwhile: completed there
+    sink = it->second;
+    queued_.erase(it);
+  }
+  if (out) t->src = t->dst = out;
+  Finish(sink, t, Status::Ok());
 }
 
 void DeviceGroups::StartBroadcast(pipeline::PartitionTask* t, pipeline::StageSink* sink) {
@@ -157,10 +114,9 @@ void DeviceGroups::StartBroadcast(pipeline::PartitionTask* t, pipeline::StageSin
     if (st.ok()) st = group_->Broadcast(out, t->len, local_->local_size() - 1, stream_);
     if (st.ok()) st = device_->StreamWaitStream(t->op->request.device.stream, stream_);
     if (st.ok()) {
-      st = device_->OnDone(stream_, [this, t, sink, out](Status s) {
-        if (s.ok()) t->src = t->dst = out;
-        Finish(sink, t, s);
-      });
+      queued_[t] = sink;
+      st = WatchLocked("broadcast", [this, t, out](const Status& s) { OnQueuedDone(t, s, out); });
+      if (!st.ok()) queued_.erase(t);
     }
     lock.unlock();
     if (!st.ok()) Finish(sink, t, st);
@@ -192,23 +148,7 @@ void DeviceGroups::QueueBroadcastLocked(const RoundKey& rk) {
   if (st.ok()) st = device_->StreamWaitStream(t->op->request.device.stream, stream_);
   if (st.ok()) {
     it->second.bcast_queued = true;
-    st = device_->OnDone(stream_, [this, rk](Status s) {
-      pipeline::StageSink* sink = nullptr;
-      pipeline::PartitionTask* task = nullptr;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto p = pending_.find(rk);
-        if (p == pending_.end()) return;
-        p->second.bcast_done = true;
-        p->second.bcast_status = s;
-        if (!p->second.bcast_sink) return;  // its stage has not started: it finishes there
-        sink = p->second.bcast_sink;
-        task = p->second.task;
-        pending_.erase(p);
-      }
-      if (s.ok()) task->src = task->dst = OutputOf(*task);
-      Finish(sink, task, s);
-    });
+    st = WatchLocked("broadcast", [this, rk](const Status& s) { OnNonRootBroadcastDone(rk, s); });
   }
   if (!st.ok()) {
     it->second.bcast_done = true;
@@ -216,13 +156,29 @@ void DeviceGroups::QueueBroadcastLocked(const RoundKey& rk) {
   }
 }
 
+void DeviceGroups::OnNonRootBroadcastDone(const RoundKey& rk, const Status& s) {
+  if (!s.ok()) FailGroup(s);  // completes the round too, with the cause
+  pipeline::StageSink* sink = nullptr;
+  pipeline::PartitionTask* task = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto p = pending_.find(rk);
+    if (p == pending_.end()) return;
+    p->second.bcast_done = true;
+    p->second.bcast_status = s;
+    if (!p->second.bcast_sink) return;  // its stage has not started: it finishes there
+    sink = p->second.bcast_sink;
+    task = p->second.task;
+    pending_.erase(p);
+  }
+  if (s.ok()) task->src = task->dst = OutputOf(*task);
+  Finish(sink, task, s);
+}
+
 void DeviceGroups::OnFrame(const Header& h, const std::string& payload) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (h.opcode == Opcode::kLocalGroup) {
-    id_ = payload;
-    cv_.notify_all();
-    return;
-  }
+  if (h.opcode == Opcode::kLocalGroup) return OnFormationFrame(h, payload);
+  if (is_root()) return;
   const RoundKey rk{h.key, h.round};
   auto it = pending_.find(rk);
   if (it == pending_.end()) return;  // failed here already
@@ -259,35 +215,63 @@ void DeviceGroups::SkipBroadcast(pipeline::PartitionTask* t, const Status& failu
     return;
   }
   // A non-root round failed here but not at the root: the group's order can no longer be kept.
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = pending_.find({t->key, t->round});
-  if (it == pending_.end()) return;  // the root failed it: nothing queued on either side
-  pending_.erase(it);
-  if (failure_.ok()) failure_ = failure.WithContext("the device group stopped (a round failed on this local rank)");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find({t->key, t->round});
+    if (it == pending_.end()) return;  // the root failed it: nothing queued on either side
+    pending_.erase(it);
+  }
+  FailGroup(failure.WithContext("the device group stopped (a round failed on this local rank)"));
+}
+
+std::vector<std::pair<pipeline::PartitionTask*, pipeline::StageSink*>> DeviceGroups::TakeAllLocked() {
+  std::vector<std::pair<pipeline::PartitionTask*, pipeline::StageSink*>> out(queued_.begin(), queued_.end());
+  queued_.clear();
+  for (auto& [rk, p] : pending_) {
+    if (!p.reduce_queued) {
+      out.emplace_back(p.task, p.reduce_sink);
+    } else if (p.bcast_sink) {
+      out.emplace_back(p.task, p.bcast_sink);
+    }  // else: its reduce is in queued_ (taken above), or its broadcast stage finds it gone
+  }
+  pending_.clear();
+  cv_.notify_all();
+  return out;
+}
+
+void DeviceGroups::FailGroup(const Status& failure) {
+  std::vector<std::pair<pipeline::PartitionTask*, pipeline::StageSink*>> fail;
+  Status cause;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) {
+      failure_ = failure.WithContext(
+          fmt::format("the device group of local rank {} was aborted", local_->RankOf(local_->local_rank())));
+      BYTEPS_LOG(Error, "the device group was aborted (ncclCommAbort) after a failure: {}", failure.message());
+    }
+    if (group_) group_->Abort();  // ends what is stuck; what was queued in it is garbage now
+    cause = failure_;
+    fail = TakeAllLocked();
+  }
+  for (auto& [t, sink] : fail) Finish(sink, t, cause);
 }
 
 void DeviceGroups::FailAll(const Status& failure) {
-  std::map<RoundKey, Pending> pending;
+  std::vector<std::pair<pipeline::PartitionTask*, pipeline::StageSink*>> fail;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.ok()) failure_ = failure;
-    pending.swap(pending_);
-    cv_.notify_all();
+    // Collectives in flight may never finish now (a peer that went): they are ended.
+    if (group_ && completions_->pending() > 0) group_->Abort();
+    fail = TakeAllLocked();
   }
-  // Tasks whose collective is queued complete from its callback; the rest complete here.
-  for (auto& [rk, p] : pending) {
-    if (!p.reduce_queued) {
-      Finish(p.reduce_sink, p.task, failure);
-    } else if (p.bcast_sink) {
-      Finish(p.bcast_sink, p.task, failure);
-    }
-  }
+  for (auto& [t, sink] : fail) Finish(sink, t, failure);
 }
 
 Status GroupReduceStage::Admit(pipeline::Operation& op) {
-  BYTEPS_RETURN_IF_ERROR(groups_->Ensure(op.request.device));
+  BYTEPS_ASSIGN_OR_RETURN(bool grouped, groups_->Ensure(op.request.device));
+  if (!grouped) return Internal("group-reduce admitted a device tensor on a host whose processes form no group");
   return groups_->staging()->RecordReady(op);
 }
-
 
 }  // namespace byteps::worker::stages

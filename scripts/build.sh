@@ -7,4 +7,5 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
   -DPython3_EXECUTABLE=/usr/bin/python3 "$@" > "$BUILD_DIR.configure.log" 2>&1 || {
   cat "$BUILD_DIR.configure.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j "$(nproc)"
+# BUILD_TARGETS (space-separated): only those targets (and what they need); default: all.
+cmake --build "$BUILD_DIR" -j "$(nproc)" ${BUILD_TARGETS:+--target $BUILD_TARGETS}

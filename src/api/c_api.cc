@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "config/config.h"
 #include "device/device.h"
+#include "device/library_homes.h"
 #include "worker/engine.h"
 
 namespace {
@@ -69,6 +70,7 @@ StatusOr<byteps::config::Config> LoadConfig() {
   byteps::log::SetHideTime(cfg->log_hide_time);
   byteps::log::SetIdentity(fmt::format("worker:{}", cfg->worker_id < 0 ? 0 : cfg->worker_id));
   byteps::config::LogWarnings(cfg.value());
+  byteps::device::SetLibraryHomes({cfg->cuda_home, cfg->nccl_home});
   return cfg;
 }
 

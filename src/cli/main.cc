@@ -16,6 +16,7 @@
 #include "config/config.h"
 #include "device/cuda_runtime.h"
 #include "device/group.h"
+#include "device/library_homes.h"
 #include "config/parse.h"
 #include "server/role_main.h"
 #include "worker/job_files.h"
@@ -34,6 +35,7 @@ byteps::StatusOr<byteps::config::Config> LoadFor(Role role, const char* identity
     byteps::log::SetHideTime(c->log_hide_time);
     byteps::log::SetIdentity(identity);
     byteps::config::LogWarnings(c.value());
+    byteps::device::SetLibraryHomes({c->cuda_home, c->nccl_home});
   }
   return c;
 }
@@ -130,6 +132,7 @@ int main(int argc, char** argv) {
     }
     auto c = byteps::config::Load(env);
     if (!c.ok()) return Fail(c.status(), "info");
+    byteps::device::SetLibraryHomes({c->cuda_home, c->nccl_home});
     fmt::print("{}", byteps::config::Describe(c.value(), env));
     std::string built;
     for (auto k : {byteps::transport::TransportKind::kAuto, byteps::transport::TransportKind::kTcp,

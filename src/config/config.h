@@ -40,6 +40,8 @@ struct Config {
   std::string cuda_visible_devices;    // CUDA_VISIBLE_DEVICES (which GPUs count for the topology)
   std::string nvidia_visible_devices;  // NVIDIA_VISIBLE_DEVICES (the same, when CUDA's is unset)
   std::string job_secret;              // BYTEPS_JOB_SECRET (never printed)
+  std::string cuda_home;               // BYTEPS_CUDA_HOME, else CUDA_HOME: the CUDA runtime's search folder
+  std::string nccl_home;               // BYTEPS_NCCL_HOME, else NCCL_HOME: libnccl's search folder
 
   // Worker engine.
   size_t partition_bytes = 4096000;    // BYTEPS_PARTITION_BYTES

@@ -87,7 +87,7 @@ Environment ProcessEnvironment() {
     if (eq == std::string_view::npos) continue;
     const std::string_view name = kv.substr(0, eq);
     if (!IsOurPrefix(name) && !StartsWith(name, "PS_") && name != "CUDA_VISIBLE_DEVICES" &&
-        name != "NVIDIA_VISIBLE_DEVICES") {
+        name != "NVIDIA_VISIBLE_DEVICES" && name != "CUDA_HOME" && name != "NCCL_HOME") {
       continue;
     }
     env.emplace(std::string(name), std::string(kv.substr(eq + 1)));
@@ -153,6 +153,9 @@ StatusOr<Config> Load(const Environment& env) {
   // Not settings of ours: which GPUs the process may use (the topology's switch size counts those).
   if (const std::string* v = Lookup(env, "CUDA_VISIBLE_DEVICES")) c.cuda_visible_devices = *v;
   if (const std::string* v = Lookup(env, "NVIDIA_VISIBLE_DEVICES")) c.nvidia_visible_devices = *v;
+  // The libraries' usual variables, when byteps' own are unset.
+  if (const std::string* v = Lookup(env, "CUDA_HOME"); v && c.cuda_home.empty()) c.cuda_home = *v;
+  if (const std::string* v = Lookup(env, "NCCL_HOME"); v && c.nccl_home.empty()) c.nccl_home = *v;
   BYTEPS_RETURN_IF_ERROR(Validate(c));
   return c;
 }

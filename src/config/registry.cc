@@ -275,6 +275,16 @@ constexpr Entry kRegistry[] = {
      "per-job shared secret (set by the launchers): every connection proves it (HMAC-SHA256 challenge); "
      "also names the job's shared memory and local sockets. Empty: no authentication",
      [](const Arg& a, Config& c) { c.job_secret = a.value; return Status::Ok(); }, nullptr, "", true},
+    {"BYTEPS_CUDA_HOME", "string",
+     "the CUDA toolkit's folder: read by builds, and searched at run time for the CUDA runtime ($BYTEPS_CUDA_HOME/lib64) "
+     "when it is not on the library path; CUDA_HOME when unset",
+     [](const Arg& a, Config& c) { c.cuda_home = a.value; return Status::Ok(); },
+     [](const Config& c) { return c.cuda_home; }},
+    {"BYTEPS_NCCL_HOME", "string",
+     "NCCL's folder: read by builds, and searched at run time for libnccl.so.2 ($BYTEPS_NCCL_HOME/lib) when it is not "
+     "on the library path; NCCL_HOME when unset",
+     [](const Arg& a, Config& c) { c.nccl_home = a.value; return Status::Ok(); },
+     [](const Config& c) { return c.nccl_home; }},
     {"BYTEPS_NUMA_ON", "bool",
      "bpslaunch binds each local rank to CPU cores (taskset) when 1, or when BYTEPS_VISIBLE_CPU_CORES is set; "
      "default 0 (the original defaulted it on)", Accept, nullptr, "0"},

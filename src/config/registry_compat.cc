@@ -151,9 +151,7 @@ constexpr Entry kCompatibility[] = {
     Ignored("PS_RESEND_TIMEOUT", kWhyResend),
     Ignored("PS_DROP_MSG", kWhyDrop),
     // Read by builds (the original's setup.py, this project's scripts/), never by a running process.
-    Build("BYTEPS_NCCL_HOME"),
     Build("BYTEPS_NCCL_LINK"),
-    Build("BYTEPS_CUDA_HOME"),
     Build("BYTEPS_CUDA_INCLUDE"),
     Build("BYTEPS_CUDA_LIB"),
     Build("BYTEPS_WITH_TENSORFLOW"),

@@ -1,4 +1,5 @@
 #include "device/cuda_runtime.h"
+#include "device/library_homes.h"
 
 #ifdef BYTEPS_HAVE_CUDA
 
@@ -69,9 +70,7 @@ std::vector<std::string> Candidates() {
     if (end > start) dirs.push_back(built.substr(start, end - start));
     start = end + 1;
   }
-  for (const char* var : {"BYTEPS_CUDA_HOME", "CUDA_HOME"}) {
-    if (const char* v = std::getenv(var); v && *v) dirs.push_back(std::string(v) + "/lib64");
-  }
+  if (const std::string home = GetLibraryHomes().cuda; !home.empty()) dirs.push_back(home + "/lib64");
   return dirs;
 }
 

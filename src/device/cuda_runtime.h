@@ -4,7 +4,7 @@
 //
 // The first use loads libcudart.so.<the toolkit's major version>, in this order: the copy already
 // in the process (torch's), the loader's search path, then the folders found at build time (pip's
-// nvidia wheels, the toolkit's lib64) and $BYTEPS_CUDA_HOME/lib64, $CUDA_HOME/lib64. The cuda*
+// nvidia wheels, the toolkit's lib64) and <BYTEPS_CUDA_HOME, else CUDA_HOME>/lib64 (library_homes.h). The cuda*
 // functions the backends call are defined (hidden) in cuda_runtime.cc and forward to it; while it
 // is not loaded they answer cudaErrorSharedObjectInitFailed.
 //

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "device/group_backends.h"
+#include "device/library_homes.h"
 
 #if defined(BYTEPS_HAVE_CUDA) && defined(BYTEPS_HAVE_NCCL_H)
 #include <cuda_runtime_api.h>
@@ -67,7 +68,7 @@ const Nccl& Load() {
     // By name first: LD_LIBRARY_PATH, the system's folders, or the copy torch already loaded (its
     // pip wheel's, which has this soname). Then the folder the build found it in (BYTEPS_NCCL_HOME,
     // NCCL_HOME, CUDA's folders or pip's nvidia/nccl/lib at build time).
-    // Then $BYTEPS_NCCL_HOME/lib and $NCCL_HOME/lib, as at build time.
+    // Then <BYTEPS_NCCL_HOME, else NCCL_HOME>/lib, as at build time (library_homes.h).
     void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     std::string first = lib ? "" : dlerror();
     if (!lib) lib = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
@@ -76,12 +77,10 @@ const Nccl& Load() {
     if (!lib) lib = dlopen(BYTEPS_NCCL_LIB_DIR "/libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     searched = ", " BYTEPS_NCCL_LIB_DIR " (where the build found it)";
 #endif
-    for (const char* var : {"BYTEPS_NCCL_HOME", "NCCL_HOME"}) {
-      const char* home = std::getenv(var);
-      if (lib || home == nullptr || *home == '\0') continue;
-      const std::string path = std::string(home) + "/lib/libnccl.so.2";
+    if (const std::string home = GetLibraryHomes().nccl; !lib && !home.empty()) {
+      const std::string path = home + "/lib/libnccl.so.2";
       lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      searched += fmt::format(", {} (${})", path, var);
+      searched += fmt::format(", {} (BYTEPS_NCCL_HOME / NCCL_HOME)", path);
     }
     if (!lib) {
       n.loaded = Unavailable(fmt::format("NCCL could not be loaded (libnccl.so.2 not on the library path{}: {}); "

@@ -71,7 +71,8 @@ def test_byteps_info_config_lists_every_variable_with_its_disposition():
     assert rows["BYTEPS_PARTITION_BYTES"][1] == "honoured"
     assert rows["DMLC_ENABLE_UCX"][1] == "mapped" and "BYTEPS_TRANSPORT=ucx" in rows["DMLC_ENABLE_UCX"][2]
     assert rows["BYTEPS_TRACE_ON"] == (True, "ignored", "the timeline trace is not built yet: no trace file is written")
-    assert rows["BYTEPS_NCCL_HOME"][1] == "build-time"
+    assert rows["BYTEPS_NCCL_HOME"][1] == "honoured"  # build-time, and searched at run time
+    assert rows["BYTEPS_CUDA_INCLUDE"][1] == "build-time"
     assert len(rows) >= 100, len(rows)
     plain = subprocess.run([str(CORE_BINARY), "info"],
                            env=job_env({"DMLC_ENABLE_RDMA": "1", "BYTEPS_TRANSPORT": "tcp"}),

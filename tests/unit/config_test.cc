@@ -794,8 +794,10 @@ TEST(ConfigEnvironment, ProcessEnvironmentFiltersByPrefix) {
   EXPECT_EQ(env.at("PS_CONFIG_TEST_PROBE"), "");
   EXPECT_FALSE(env.count("CONFIG_TEST_FOREIGN_PROBE"));
   for (const auto& [name, value] : env) {
+    // Ours, or the few foreign names byteps reads (which GPUs, where the GPU libraries are).
     const bool ours = name.rfind("BYTEPS_", 0) == 0 || name.rfind("DMLC_", 0) == 0 ||
-                      name.rfind("PS_", 0) == 0;
+                      name.rfind("PS_", 0) == 0 || name == "CUDA_VISIBLE_DEVICES" ||
+                      name == "NVIDIA_VISIBLE_DEVICES" || name == "CUDA_HOME" || name == "NCCL_HOME";
     EXPECT_TRUE(ours) << name;
   }
   // And the unknown BYTEPS_ probe is then rejected by Load, as a typo would be.
@@ -834,6 +836,17 @@ TEST(ConfigParse, Helpers) {
   EXPECT_FALSE(ParseBool("").value);
   EXPECT_FALSE(ParseSeconds("", true).value);
   EXPECT_EQ(*ParseLogLevel("warn").value, log::Level::kWarning);
+}
+
+TEST(ConfigCompat, GpuLibraryHomesComeFromBytepsNamesElseTheLibrariesOwn) {
+  EXPECT_EQ(MustLoad({{"CUDA_HOME", "/opt/cuda"}, {"NCCL_HOME", "/opt/nccl"}}).cuda_home, "/opt/cuda");
+  EXPECT_EQ(MustLoad({{"CUDA_HOME", "/opt/cuda"}, {"NCCL_HOME", "/opt/nccl"}}).nccl_home, "/opt/nccl");
+  const Config both = MustLoad({{"CUDA_HOME", "/opt/cuda"}, {"BYTEPS_CUDA_HOME", "/usr/local/cuda"},
+                                {"NCCL_HOME", "/opt/nccl"}, {"BYTEPS_NCCL_HOME", "/usr/local/nccl"}});
+  EXPECT_EQ(both.cuda_home, "/usr/local/cuda");
+  EXPECT_EQ(both.nccl_home, "/usr/local/nccl");
+  EXPECT_TRUE(both.warnings.empty());
+  EXPECT_TRUE(MustLoad({}).cuda_home.empty());
 }
 
 }  // namespace

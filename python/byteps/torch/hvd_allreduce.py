@@ -25,7 +25,15 @@ from .hvd_common import Average, Max, Min, Product, Sum, global_process_set
 __all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
            "grouped_allreduce_async_", "start_allreduce", "begin_allreduce", "keys_for"]
 
-_LOCAL_REDUCE = {Min: lambda x: x.amin(0), Max: lambda x: x.amax(0), Product: lambda x: x.prod(0)}
+def _product(rows: torch.Tensor) -> torch.Tensor:
+    """Rank-order product in the tensor's own dtype (torch has no CPU prod for float16)."""
+    acc = rows[0].clone()
+    for row in rows[1:]:
+        acc.mul_(row)
+    return acc
+
+
+_LOCAL_REDUCE = {Min: lambda x: x.amin(0), Max: lambda x: x.amax(0), Product: _product}
 
 
 def _post_factor(op: int, post: float) -> float:

@@ -17,8 +17,8 @@ float32, float64), and CUDA tensors of the process's current device where the co
 CUDA.  See :mod:`byteps.torch.ops` for the
 operations and naming rules, :mod:`byteps._basics` for init/shutdown.  Unlike BytePS, rank() and
 size() raise before init(), and unnamed tensors do not collide; ``BYTEPS_ENABLE_ASYNC=1`` runs
-synchronous training with a warning.  Horovod's calls (``allreduce``, ``broadcast``,
-``allgather``, ``Average``/``Sum``...) work too: :mod:`byteps.torch.horovod`.
+synchronous training with a warning.  Horovod's whole PyTorch API works too (``import
+byteps.torch as hvd``): :mod:`byteps.torch.horovod`, docs/migration.md.
 """
 
 from __future__ import annotations
@@ -26,31 +26,35 @@ from __future__ import annotations
 from .._basics import get_pushpull_speed
 from .compression import Compression
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .horovod import (
-    Adasum, Average, Sum, allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
-    broadcast, broadcast_, broadcast_async, broadcast_async_, join, synchronize,
-)
+from .horovod import *  # noqa: F401,F403 - Horovod's names
+from .horovod import __all__ as _horovod_names
 from .ops import (
-    byteps_push_pull, byteps_torch_set_num_grads, declare, init, local_rank, local_size, poll, push_pull,
-    push_pull_async, push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume,
-    shutdown, size, suspend,
+    byteps_push_pull, byteps_torch_set_num_grads, declare, local_rank, local_size, push_pull, push_pull_async,
+    push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume, size, suspend,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer
 
-__all__ = [
-    "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "declare",
-    "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
-    "push_pull_group_sync_inplace", "byteps_torch_set_num_grads",
+__all__ = sorted(set(_horovod_names) | {
+    "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "cross_size",
+    "cross_rank", "declare", "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
+    "push_pull_inplace", "push_pull_group_sync_inplace", "byteps_torch_set_num_grads",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed",
-    # Horovod's names (byteps.torch.horovod)
-    "Average", "Sum", "Adasum", "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "broadcast",
-    "broadcast_", "broadcast_async", "broadcast_async_", "allgather", "allgather_async", "join",
-]
+})
+
+
+def cross_size() -> int:
+    """Horovod's cross_size: the number of hosts that have a worker of this local rank."""
+    return size() // local_size()
+
+
+def cross_rank() -> int:
+    """Horovod's cross_rank: this host's index among them."""
+    return rank() // local_size()
 
 
 def __getattr__(name: str):
-    if name == "BytePSError":  # lazily, so that importing this module needs no built core
+    if name in ("BytePSError", "HorovodInternalError"):  # lazily: importing needs no built core
         from .. import _basics  # noqa: PLC0415
 
         return _basics.error_type()

@@ -113,11 +113,12 @@ def start_push_pull(p: torch.Tensor, name: str, priority: int, compression, aver
     return handle, ctx
 
 
-def finish_push_pulls(handles: dict, compression, postscale: float = 1.0) -> None:
-    """Waits for each ``p -> (handle, ctx)`` of ``handles`` and writes the result (times
-    ``postscale``) to ``p.grad``."""
+def finish_push_pulls(handles: dict, compression, postscale: float = 1.0, sync=None) -> None:
+    """Waits for each ``p -> (handle, ctx)`` of ``handles`` (with ``sync``, default
+    ``ops.synchronize``) and writes the result (times ``postscale``) to ``p.grad``."""
+    sync = sync or ops.synchronize
     for p, (handle, ctx) in handles.items():
-        grad = compression.decompress(ops.synchronize(handle), ctx)
+        grad = compression.decompress(sync(handle), ctx)
         if grad is not p.grad:
             p.grad.copy_(grad)
         if postscale != 1.0:

@@ -20,12 +20,18 @@ backward, as autograd does for CPU tensors).
 
 from __future__ import annotations
 
+import warnings
 from contextlib import contextmanager
 
 import torch
 
 from . import ops
 from .compression import Compression
+from .hvd_allreduce import allreduce_async_
+from .hvd_common import Average, global_process_set
+from .hvd_handles import synchronize as hvd_synchronize
+from .hvd_gather import sparse_allreduce_async
+from .optimizer_args import resolve, uses_push_pull
 from .gradients import (declare_parameters, finish_push_pulls, find_duplicates, hook_gradients, parameter_names,
                         priorities, start_push_pull)
 
@@ -41,24 +47,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     _bps_base = torch.optim.Optimizer  # the wrapped optimizer's class (set on the built class)
 
     def __init__(self, params, named_parameters, compression=Compression.none, backward_passes_per_step=1,
-                 op=None, gradient_predivide_factor=1.0):
+                 op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
         self._bps_base.__init__(self, params)
         self._compression = compression
-        # Horovod's op and gradient_predivide_factor: Sum adds the gradients; Average divides the
-        # sum by the number of workers, in two steps with a predivide factor f (1/f before, f/size
-        # after, which keeps float16 sums in range).
-        if op not in (None, "Average", "Sum"):
-            raise ValueError(f"DistributedOptimizer: op={op!r} is not supported by byteps (its servers sum); use "
-                             "Average or Sum")
-        if gradient_predivide_factor != 1.0 and op == "Sum":
-            raise ValueError("DistributedOptimizer: gradient_predivide_factor applies to op=Average only")
-        if not gradient_predivide_factor > 0:
-            raise ValueError(f"DistributedOptimizer: gradient_predivide_factor={gradient_predivide_factor!r} must be "
-                             "> 0")
-        predivide = gradient_predivide_factor != 1.0
-        self._average = op != "Sum" and not predivide
-        self._prescale = 1.0 / gradient_predivide_factor if predivide else 1.0
-        self._postscale = gradient_predivide_factor / ops.size() if predivide else 1.0
+        # Horovod's op and gradient_predivide_factor (optimizer_args.resolve): Sum adds the
+        # gradients; Average divides the sum by the number of workers, in two steps with a
+        # predivide factor f (1/f before, f/size after, which keeps float16 sums in range);
+        # Min/Max/Product go through Horovod's allreduce.
+        plist = [p for group in self.param_groups for p in group["params"]]
+        self._reduction = resolve(op, gradient_predivide_factor, backward_passes_per_step, num_groups, groups,
+                                  process_set, plist, ops.size())
+        self._average = self._reduction.average
+        self._prescale = self._reduction.prescale
+        self._postscale = self._reduction.postscale
+        self._sparse_as_dense = bool(sparse_as_dense)
+        self._synchronized = False
         all_params = [p for group in self.param_groups for p in group["params"]]
         self._parameter_names, order = parameter_names(named_parameters, all_params, "DistributedOptimizer")
         self._priority = priorities(order)
@@ -69,6 +73,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []
         self._requires_update = []
         self._should_sync = True
+        self._densified = set()
         declare_parameters(order, compression, "DistributedOptimizer")
         if ops.size() > 1:
             self._requires_update = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
@@ -84,8 +89,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._push_pull_delay[p] = passes
 
     def _push_pull_grad_async(self, p):
+        if p.grad is not None and p.grad.is_sparse:
+            if not self._sparse_as_dense:  # Horovod's sparse path: an allgather of indices and values
+                return sparse_allreduce_async(p.grad, "Gradient." + self._parameter_names[p], self._reduction.op), \
+                    "sparse"
+            p.grad = p.grad.to_dense()
+            self._densified.add(p)
+        if not uses_push_pull(self._reduction):
+            name = "Gradient." + self._parameter_names[p]
+            if p.grad is None:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            compressed, ctx = self._compression.compress(p.grad.contiguous())
+            return allreduce_async_(compressed, name=name, op=self._reduction.op), ctx
         return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression, self._average,
                                self._prescale)
+
+    def _ready(self, p):
+        """Marks ``p``'s gradient ready; starts it, or its whole group once every member is ready."""
+        group = self._reduction.groups.get(p)
+        if group is None:
+            self._handles[p] = self._push_pull_grad_async(p)
+            return
+        self._handles[p] = (None, None)
+        if all(self._push_pull_delay[q] == 0 for q in group):
+            for q in group:
+                self._handles[q] = self._push_pull_grad_async(q)
 
     def _make_hook(self, p):
         def hook(*ignore):
@@ -93,11 +121,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 raise AssertionError(_EXCEEDED)
             assert not p.grad.requires_grad
             assert self._push_pull_delay[p] > 0
-            handle, ctx = None, None
             self._push_pull_delay[p] -= 1
             if self._push_pull_delay[p] == 0:
-                handle, ctx = self._push_pull_grad_async(p)
-            self._handles[p] = (handle, ctx)
+                self._ready(p)
+            else:
+                self._handles[p] = (None, None)
         return hook
 
     def synchronize(self):
@@ -108,9 +136,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if self._handles.get(p, (None, None))[0] is None:
                 self._handles[p] = self._push_pull_grad_async(p)
         handles, self._handles = self._handles, {}
+        self._synchronized = True
         try:
-            finish_push_pulls(handles, self._compression, self._postscale)
+            sparse = {p: h for p, (h, ctx) in handles.items() if ctx == "sparse"}
+            for p, wait in sparse.items():
+                p.grad = wait()
+            dense = {p: hc for p, hc in handles.items() if p not in sparse}
+            sync = ops.synchronize if uses_push_pull(self._reduction) else hvd_synchronize
+            finish_push_pulls(dense, self._compression, self._postscale, sync)
+            for p in self._densified:
+                p.grad = p.grad.to_sparse()
         finally:
+            self._densified = set()
             # After a failure, forget the rest (the core keeps their tensors alive) and start over.
             for p in handles:
                 self._push_pull_delay[p] = self.backward_passes_per_step
@@ -127,7 +164,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def step(self, closure=None):
         if self._should_sync:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
+                              "optimizer.synchronize(). This can cause training slowdown. You may want to consider "
+                              "using optimizer.skip_synchronize() context if you use optimizer.synchronize() in "
+                              "your code.", UserWarning, stacklevel=2)
             self.synchronize()
+        self._synchronized = False
         return self._bps_base.step(self, closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -139,7 +182,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0):
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                         groups=None, sparse_as_dense=False, process_set=global_process_set):
     """An optimizer that averages gradients over all workers before applying them.
 
     push_pulls start during ``loss.backward()`` as each gradient becomes ready; ``step()`` waits
@@ -153,9 +197,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             must then have in the same order.
         compression: ``Compression.none`` or ``Compression.fp16``.
         backward_passes_per_step: backward passes to accumulate locally per ``step()``.
-        op: Horovod's ``Average`` (default) or ``Sum`` of the workers' gradients (``Adasum``: ValueError).
+        op: Horovod's ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product`` of the
+            workers' gradients (``Adasum``: NotImplementedError, not built yet).
         gradient_predivide_factor: Horovod's: with ``Average``, gradients are divided by it before
-            the sum and multiplied by it / size after.
+            the sum and multiplied by it / size after (another op: ValueError).
+        num_groups: deprecated alias of ``groups`` (DeprecationWarning).
+        groups: an int k > 0 (the gradient-requiring parameters in k contiguous groups) or a list
+            of lists of parameters; a group's gradients are sent once all of them are ready.
+        sparse_as_dense: densify sparse gradients for the allreduce (back to sparse after);
+            otherwise they go through ``sparse_allreduce_async`` (an allgather).
+        process_set: only ``hvd.global_process_set`` (others: NotImplementedError, not built yet).
 
     Raises:
         ValueError: bad ``named_parameters``, or workers with different parameters (the message
@@ -167,4 +218,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     body["__qualname__"] = base.__qualname__
     cls = type(base.__name__, (base,), body)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor)
+               gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set)

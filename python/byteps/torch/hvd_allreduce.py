@@ -1,0 +1,201 @@
+"""Horovod's allreduce family on byteps' servers (the async and in-place forms; the differentiable
+``allreduce`` / ``grouped_allreduce`` are in :mod:`byteps.torch.hvd_autograd`).
+
+* ``Average`` / ``Sum``: a core sum on the servers; the scaling is done here with Horovod's
+  arithmetic (:func:`hvd_common.scale_`): ``prescale_factor`` on each worker's input,
+  ``postscale_factor`` (divided by n for Average) on the sum.  Integer Average is the truncating
+  division of the integer sum by n.
+* ``Min`` / ``Max`` / ``Product``: every worker's (prescaled) tensor is allgathered through the
+  servers and reduced here (:func:`_reduce_by_gather`, exact); :func:`_start_min_max_product` is
+  the one place that will switch to a reduction on the servers.
+* Grouped calls: one handle for the group; members are keyed ``"<key>_<i>of<k>"``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .. import _basics
+from . import hvd_common as C
+from . import hvd_handles as H
+from .hvd_common import Average, Max, Min, Product, Sum, global_process_set
+
+__all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
+           "grouped_allreduce_async_", "start_allreduce", "begin_allreduce", "keys_for"]
+
+def _product(rows: torch.Tensor) -> torch.Tensor:
+    """Rank-order product in the tensor's own dtype (torch has no CPU prod for float16)."""
+    acc = rows[0].clone()
+    for row in rows[1:]:
+        acc.mul_(row)
+    return acc
+
+
+_LOCAL_REDUCE = {Min: lambda x: x.amin(0), Max: lambda x: x.amax(0), Product: _product}
+
+
+def _post_factor(op: int, post: float) -> float:
+    return post / _basics.size() if op == Average else post
+
+
+def _finish_scaling(out: torch.Tensor, op: int, post: float) -> torch.Tensor:
+    if op == Average and post == 1.0 and not out.dtype.is_floating_point:
+        n = _basics.size()
+        out.copy_(torch.div(out, n, rounding_mode="trunc"))  # truncating division of the integer sum
+        return out
+    return C.scale_(out, _post_factor(op, post))
+
+
+def _reduce_by_gather(key: str, tensor: torch.Tensor, output: torch.Tensor, op: int, post: float,
+                      attrs: Optional[str]) -> tuple:
+    """Min/Max/Product, exact: every worker's tensor allgathered (row w = worker w's), reduced here.
+    Returns the (handles, stage) of the gather."""
+    n, me = _basics.size(), _basics.rank()
+    flat = tensor.reshape(1, -1)
+    rows = torch.empty((n, flat.shape[1]), dtype=tensor.dtype, device=tensor.device)
+    row_bytes = flat.numel() * flat.element_size()
+    handle = C.start_allgather(key, flat, rows, me * row_bytes, attrs)
+
+    def stage(_outputs):
+        with torch.no_grad():
+            reduced = _LOCAL_REDUCE[op](rows) if rows.numel() else rows.sum(0)
+            output.copy_(reduced.reshape(output.shape).to(output.dtype))
+            C.scale_(output, post)
+        return output
+
+    return [handle], stage
+
+
+def _start_min_max_product(key, tensor, output, op, post, attrs):
+    """The one switch for Min/Max/Product: by allgather today, on the servers once the core has a
+    reducing start (``_basics.start_reduce``)."""
+    return _reduce_by_gather(key, tensor, output, op, post, attrs)
+
+
+def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: float, post: float, what: str,
+                    inplace: bool) -> tuple:
+    """Starts the core operations of an allreduce of ``tensors`` (into ``outputs``, the tensors
+    themselves when ``inplace``) under ``keys``, which it claims; returns ``(core handles,
+    finish)``, ``finish()`` giving the list of reduced outputs once the handles are done."""
+    for t in tensors:
+        C.check_tensor(t, C.REDUCE_DTYPES, what)
+    C.same_device(tensors, what)
+    C.claim(keys, what)
+    handles, stages = [], []
+    try:
+        for key, t, out in zip(keys, tensors, outputs):
+            attrs = C.call_attrs("allreduce", t, reduce=C.OP_NAMES[op], pre=float(pre), post=float(post))
+            with torch.no_grad():
+                src = t
+                if pre != 1.0:
+                    src = C.scale_(t if inplace else t.clone(), pre)
+                if op in (Average, Sum):
+                    handles.append([C.start_push_pull(key, src, out, attrs)])
+                    stages.append(lambda _o, out=out: _finish_scaling(out, op, post))
+                else:
+                    hs, stage = _start_min_max_product(key, src, out, op, post, attrs)
+                    handles.append(hs)
+                    stages.append(stage)
+    except BaseException:
+        for hs in handles:
+            for h in hs:
+                try:
+                    _basics.wait(h, 0.0)
+                except Exception:  # noqa: BLE001 - the start's error is the one to report
+                    pass
+        C.unclaim(keys)
+        raise
+
+    def finish():
+        with torch.no_grad():
+            return [stage(None) for stage in stages]
+
+    return [h for hs in handles for h in hs], finish
+
+
+def start_allreduce(handle: int, tensors: list, outputs: list, keys: list, op: int, pre: float, post: float,
+                    what: str, inplace: bool, single: bool) -> int:
+    """:func:`begin_allreduce` as Horovod handle ``handle`` (returned); its result is the output
+    (``single``) or the tuple of outputs."""
+    core_handles, finish = begin_allreduce(tensors, outputs, keys, op, pre, post, what, inplace)
+
+    def stage(_outputs):
+        results = finish()
+        return results[0] if single else tuple(results)
+
+    return H.submit(handle, H.Work(core_handles, stage, keys))
+
+
+def keys_for(prefix: str, name, count: Optional[int], handle: int) -> list:
+    """The op's key, or a group's member keys ``"<key>_<i>of<k>"``."""
+    base = C.op_key(prefix, name, handle)
+    return [base] if count is None else [f"{base}_{i}of{count}" for i in range(1, count + 1)]
+
+
+def _allreduce(tensor, average, name, op, pre, post, process_set, what, inplace):
+    C.check_process_set(process_set, what)
+    op = C.resolve_op(op, average, what)
+    C.check_tensor(tensor, C.REDUCE_DTYPES, what)
+    out = tensor if inplace else torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    handle = C.next_handle()
+    keys = keys_for("allreduce", name, None, handle)
+    return start_allreduce(handle, [tensor], [out], keys, op, pre, post, what, inplace, single=True)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set) -> int:
+    """Starts reducing ``tensor`` over the workers into a new tensor; :func:`synchronize` returns it."""
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, "allreduce_async",
+                      False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set) -> int:
+    """In-place :func:`allreduce_async`: ``tensor`` holds the result once synchronized."""
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set,
+                      "allreduce_async_", True)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set) -> torch.Tensor:
+    """Reduces ``tensor`` over the workers in place; returns it."""
+    return H.synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                          process_set))
+
+
+def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace):
+    C.check_process_set(process_set, what)
+    op = C.resolve_op(op, average, what)
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{what}: the list of tensors is empty")
+    for t in tensors:
+        C.check_tensor(t, C.REDUCE_DTYPES, what)
+    outs = tensors if inplace else [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    C.same_device(tensors, what)
+    handle = C.next_handle()
+    keys = keys_for("grouped_allreduce", name, len(tensors), handle)
+    return start_allreduce(handle, tensors, outs, keys, op, pre, post, what, inplace, single=False)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set) -> int:
+    """Starts reducing each tensor of the list; :func:`synchronize` returns a tuple of new tensors."""
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, process_set,
+                    "grouped_allreduce_async", False)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set) -> int:
+    """In-place :func:`grouped_allreduce_async`."""
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, process_set,
+                    "grouped_allreduce_async_", True)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set) -> tuple:
+    """Reduces each tensor of the list in place; returns them as a tuple."""
+    return H.synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                  process_set))

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <future>
+#include <thread>
 #include <numeric>
 #include <random>
 
@@ -226,23 +227,75 @@ TEST(ClusterTest, DeadWorkerFailsTheOthersNamingIt) {
   EXPECT_NE(st.message().find("worker 1"), std::string::npos) << st.message();
 }
 
-TEST(ClusterTest, TensorReusedWithOtherSizeOnOneWorkerIsRejected) {
+// Names are order-free and scoped to operations in flight: each worker's 8 threads push_pull a
+// tensor of their own, in another order on each worker and with no declarations; a name used
+// again at another size and dtype takes a new key (exact sums), the servers free the old one, and
+// a reuse at another size while the name is in flight is refused naming it.
+TEST(ClusterTest, OrderFreeNamesAndReuseAtANewSize) {
   HarnessOptions o;
-  o.num_workers = 1;
-  o.num_servers = 1;
+  o.num_workers = 2;
+  o.num_servers = 2;
+  o.partition_bytes = 1024;
   ClusterHarness h(o);
   ASSERT_TRUE(h.StartWorkers().ok());
-  std::vector<float> a(10, 1), b(20, 1);
-  worker::TensorRequest r{"x", a.data(), a.data(), 40, DataType::kFloat32, false, 0};
-  auto h1 = h.worker(0).Enqueue(r);
-  ASSERT_TRUE(h1.ok());
-  ASSERT_TRUE(h.worker(0).Wait(h1.value(), 10).ok());
-  EXPECT_EQ(a[3], 1.0f);
-  r.input = r.output = b.data();
-  r.bytes = 80;
-  auto h2 = h.worker(0).Enqueue(r);
-  ASSERT_FALSE(h2.ok());
-  EXPECT_NE(h2.status().message().find("'x'"), std::string::npos);
+  constexpr int kThreads = 8;
+  std::vector<std::future<void>> fs;
+  for (int w = 0; w < 2; ++w) {
+    for (int t = 0; t < kThreads; ++t) {
+      fs.push_back(std::async(std::launch::async, [&, w, t] {
+        const int mine = w == 0 ? t : kThreads - 1 - t;  // the other order on worker 1
+        worker::Engine& e = h.worker(w);
+        const size_t n = 300 + 97 * mine;
+        std::vector<float> buf(n);
+        for (int r = 0; r < 3; ++r) {
+          std::fill(buf.begin(), buf.end(), static_cast<float>((w + 1) * (mine + r)));
+          worker::TensorRequest req{"thread." + std::to_string(mine), buf.data(), buf.data(), n * 4,
+                                    DataType::kFloat32, false, 0};
+          auto hd = e.Enqueue(req);
+          ASSERT_TRUE(hd.ok()) << hd.status().ToString();
+          ASSERT_TRUE(e.Wait(hd.value(), 20).ok()) << req.name;
+          e.Release(hd.value());
+          ASSERT_EQ(buf[0], 3.0f * (mine + r)) << req.name;
+          ASSERT_EQ(buf[n - 1], 3.0f * (mine + r)) << req.name;
+        }
+      }));
+    }
+  }
+  for (auto& f : fs) f.get();
+  size_t held = h.server(0).keys_held() + h.server(1).keys_held();
+  EXPECT_EQ(h.server(0).keys_freed() + h.server(1).keys_freed(), 0u);
+
+  // "thread.0" again at another size and dtype on both workers: a new key, exact results. Worker
+  // 0's is in flight until worker 1 pushes: meanwhile another size is refused, naming the tensor.
+  std::vector<std::vector<int64_t>> v(2, std::vector<int64_t>(5000));
+  std::vector<worker::HandleId> hs;
+  for (int w = 0; w < 2; ++w) {
+    std::fill(v[w].begin(), v[w].end(), w + 1);
+    worker::TensorRequest req{"thread.0", v[w].data(), v[w].data(), 5000 * 8, DataType::kInt64, false, 0};
+    auto hd = h.worker(w).Enqueue(req);
+    ASSERT_TRUE(hd.ok()) << hd.status().ToString();
+    hs.push_back(hd.value());
+    if (w == 1) break;
+    std::vector<int64_t> other(10);
+    worker::TensorRequest bad{"thread.0", other.data(), other.data(), 80, DataType::kInt64, false, 0};
+    auto refused = h.worker(0).Enqueue(bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("'thread.0'"), std::string::npos) << refused.status().message();
+  }
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(h.worker(w).Wait(hs[w], 20).ok());
+    EXPECT_EQ(v[w][0], 3);
+    EXPECT_EQ(v[w][4999], 3);
+  }
+  // The old incarnation's partitions (300 floats: 2 partitions of 1024 bytes) are freed once both
+  // workers released them; the release goes out with the next push (here: the new incarnation's).
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (h.server(0).keys_freed() + h.server(1).keys_freed() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(h.server(0).keys_freed() + h.server(1).keys_freed(), 2u);
+  EXPECT_EQ(h.server(0).keys_held() + h.server(1).keys_held(), held - 2 + 40);  // 40000 bytes: 40 partitions
   EXPECT_TRUE(h.ShutdownAll().ok());
 }
 

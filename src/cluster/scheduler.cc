@@ -35,7 +35,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(const SchedulerOptions& op
 Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<transport::Transport> transport)
     : options_(options),
       clock_(options.clock != nullptr ? *options.clock : Clock::Steady()),
-      transport_(std::move(transport)) {}
+      transport_(std::move(transport)),
+      names_(options.num_servers) {}
 
 Scheduler::~Scheduler() {
   Stop(Aborted("scheduler destroyed"));
@@ -61,6 +62,7 @@ StatusOr<transport::RecvBuffer> Scheduler::OnHeader(transport::Connection& c, co
     case Opcode::kBarrier:
     case Opcode::kHeartbeat:
     case Opcode::kFinish:
+    case Opcode::kNameRequest:
       return transport::RecvBuffer{};
     default:
       return ProtocolError(fmt::format("{} sent {} to the scheduler, which only takes control frames",
@@ -69,6 +71,18 @@ StatusOr<transport::RecvBuffer> Scheduler::OnHeader(transport::Connection& c, co
 }
 
 void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  if (h.opcode == Opcode::kNameRequest) {  // any connection: a host's non-roots ask without registering
+    std::string reply;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reply = HandleNameRequestLocked(std::string(reinterpret_cast<const char*>(b.data), b.size));
+    }
+    Header r;
+    r.opcode = Opcode::kNameReply;
+    r.request_id = h.request_id;
+    (void)c.SendCopy(r, reply);
+    return;
+  }
   Outbox out;
   bool refuse = false;
   {
@@ -130,6 +144,24 @@ void Scheduler::HandleFinishLocked(Node& node, const Header& h, const std::strin
     BYTEPS_LOG(Info, "all {} workers finished; terminating the job", options_.num_workers);
     TerminateLocked(0, out);
   }
+}
+
+std::string Scheduler::HandleNameRequestLocked(const std::string& payload) {
+  protocol::NameReply reply;
+  auto req = protocol::DecodeNameRequest(payload);
+  if (!req.ok()) {
+    reply.error = req.status().message();
+    reply.error_code = static_cast<uint64_t>(req.status().code());
+    return protocol::Encode(reply);
+  }
+  auto plan = names_.Plan(*req);
+  if (plan.ok()) {
+    reply.plan = std::move(plan.value());
+  } else {
+    reply.error = plan.status().message();
+    reply.error_code = static_cast<uint64_t>(plan.status().code());
+  }
+  return protocol::Encode(reply);
 }
 
 Status Scheduler::Wait() {

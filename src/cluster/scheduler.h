@@ -1,5 +1,7 @@
 // The scheduler service: rendezvous (registration, rank assignment, address table), barriers,
-// heartbeats, failure notices and orderly shutdown. It carries no tensor data.
+// heartbeats, failure notices and orderly shutdown, and the name service (NameRequest: the one
+// NamePlanner of the job, protocol/name_planner.h; asked on any connection, registered or not).
+// It carries no tensor data.
 //
 // Lifecycle: Start() listens; nodes register; when DMLC_NUM_WORKER workers and DMLC_NUM_SERVER
 // servers are in, everyone gets the address table. If that does not happen within
@@ -26,6 +28,7 @@
 
 #include "common/clock.h"
 #include "protocol/control.h"
+#include "protocol/name_planner.h"
 #include "transport/transport.h"
 
 namespace byteps::cluster {
@@ -78,6 +81,8 @@ class Scheduler : public transport::Handler {
 
   Scheduler(const SchedulerOptions& options, std::unique_ptr<transport::Transport> transport);
   void HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out);
+  // The name service's answer to a NameRequest (under mu_).
+  std::string HandleNameRequestLocked(const std::string& payload);
   // A registered node whose connection dropped reconnects (RegisterRequest.rejoin).
   void HandleRejoin(transport::Connection& c, const protocol::RegisterRequest& r, Outbox* out);
   void HandleBarrierLocked(transport::Connection& c, const Node& node, const protocol::Header& h, Outbox* out);
@@ -107,6 +112,7 @@ class Scheduler : public transport::Handler {
   std::map<uint64_t, std::set<transport::Connection*>> barriers_;
   std::set<uint64_t> released_barriers_;  // a node that rejoins may ask again
   std::vector<protocol::NodeInfo> table_;  // the address table sent at rendezvous
+  protocol::NamePlanner names_;
   // Nodes whose connection dropped: they have until `deadline` to rejoin (after the rendezvous)
   // or to register again (before it; then they hold no slot).
   struct LostNode {

@@ -46,6 +46,32 @@ class Fields {
     return *this;
   }
 
+  Fields& Bool(const char* field, bool* out) {
+    if (const json* v = Find(field, &json::is_boolean, "missing or not a boolean")) *out = v->get<bool>();
+    return *this;
+  }
+
+  // A NamePlan's partitions: an array of [key, server, offset, length].
+  Fields& Partitions(const char* field, std::vector<NamePartition>* out) {
+    const json* v = Find(field, &json::is_array, "missing or not an array");
+    if (v == nullptr) return *this;
+    for (const auto& e : *v) {
+      NamePartition p;
+      bool ok = e.is_array() && e.size() == 4;
+      for (size_t i = 0; ok && i < 4; ++i) ok = e[i].is_number_unsigned();
+      if (ok) {
+        p.key = e[0].get<uint64_t>();
+        ok = std::in_range<int>(e[1].get<uint64_t>());
+        p.server = ok ? static_cast<int>(e[1].get<uint64_t>()) : 0;
+        p.offset = e[2].get<uint64_t>();
+        p.length = e[3].get<uint64_t>();
+      }
+      if (!ok) return Error(fmt::format("field '{}' has a bad entry: {}", field, Dump(e)));
+      out->push_back(p);
+    }
+    return *this;
+  }
+
   // Optional fields: absent leaves *out as it is.
   Fields& OptionalBool(const char* field, bool* out) {
     if (!ok() || !j_.contains(field)) return *this;
@@ -183,6 +209,47 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
                                      kOpSum, kOpConcat));
   }
   return m;
+}
+
+std::string Encode(const NameRequest& m) {
+  return Dump(json{{"name", m.name},   {"incarnation", m.incarnation}, {"generation", m.generation},
+                   {"sized", m.sized}, {"bytes", m.bytes},             {"dtype", m.dtype},
+                   {"partition_bytes", m.partition_bytes}});
+}
+
+std::string Encode(const NameReply& m) {
+  const NamePlan& p = m.plan;
+  json parts = json::array();
+  for (const NamePartition& x : p.partitions) parts.push_back(json::array({x.key, x.server, x.offset, x.length}));
+  return Dump(json{{"error", m.error},
+                   {"error_code", m.error_code},
+                   {"name", p.name},
+                   {"incarnation", p.incarnation},
+                   {"generation", p.generation},
+                   {"index", p.index},
+                   {"declared_key", p.declared_key},
+                   {"sized", p.sized},
+                   {"bytes", p.bytes},
+                   {"dtype", p.dtype},
+                   {"partitions", parts}});
+}
+
+StatusOr<NameRequest> DecodeNameRequest(const std::string& payload) {
+  return Decode<NameRequest>(payload, "NameRequest", [](Fields& f, NameRequest& m) {
+    f.String("name", &m.name).Int("incarnation", &m.incarnation).Int("generation", &m.generation)
+        .Bool("sized", &m.sized).Int("bytes", &m.bytes).Int("dtype", &m.dtype)
+        .Int("partition_bytes", &m.partition_bytes);
+  });
+}
+
+StatusOr<NameReply> DecodeNameReply(const std::string& payload) {
+  return Decode<NameReply>(payload, "NameReply", [](Fields& f, NameReply& m) {
+    NamePlan& p = m.plan;
+    f.String("error", &m.error).Int("error_code", &m.error_code).String("name", &p.name)
+        .Int("incarnation", &p.incarnation).Int("generation", &p.generation).Int("index", &p.index)
+        .Int("declared_key", &p.declared_key).Bool("sized", &p.sized).Int("bytes", &p.bytes).Int("dtype", &p.dtype)
+        .Partitions("partitions", &p.partitions);
+  });
 }
 
 }  // namespace byteps::protocol

@@ -63,6 +63,46 @@ struct KeyInit {
   std::string op = kOpSum;  // kOpSum or kOpConcat
 };
 
+// The name service (name_planner.h): kNameRequest asks the scheduler for the plan of one
+// (name, incarnation, generation); kNameReply answers it (request_id echoed).
+struct NameRequest {
+  std::string name;
+  uint32_t incarnation = 0;
+  uint32_t generation = 0;
+  bool sized = false;            // false: only the index (a declaration without a size)
+  uint64_t bytes = 0;            // sized: the tensor's bytes
+  int dtype = 0;                 // sized: its DataType code
+  uint64_t partition_bytes = 0;  // sized: the generation's partition size on the asking worker
+};
+
+struct NamePartition {
+  uint64_t key = 0;  // partition key
+  int server = 0;
+  uint64_t offset = 0;  // bytes from the tensor start
+  uint64_t length = 0;
+  bool operator==(const NamePartition&) const = default;
+};
+
+struct NamePlan {
+  std::string name;
+  uint32_t incarnation = 0;
+  uint32_t generation = 0;
+  uint32_t index = 0;
+  uint32_t declared_key = 0;
+  bool sized = false;  // partitions planned (else only the index)
+  uint64_t bytes = 0;
+  int dtype = 0;
+  std::vector<NamePartition> partitions;
+  bool operator==(const NamePlan&) const = default;
+};
+
+// kNameReply: a plan, or why there is none.
+struct NameReply {
+  std::string error;  // non-empty: no plan (e.g. too many partitions); names the tensor
+  uint64_t error_code = 0;  // its StatusCode
+  NamePlan plan;
+};
+
 std::string Encode(const RegisterRequest& m);
 std::string Encode(const RegisterReply& m);
 std::string Encode(const NodeFailedNotice& m);
@@ -72,5 +112,9 @@ StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload);
 StatusOr<RegisterReply> DecodeRegisterReply(const std::string& payload);
 StatusOr<NodeFailedNotice> DecodeNodeFailedNotice(const std::string& payload);
 StatusOr<KeyInit> DecodeKeyInit(const std::string& payload);
+std::string Encode(const NameRequest& m);
+std::string Encode(const NameReply& m);
+StatusOr<NameRequest> DecodeNameRequest(const std::string& payload);
+StatusOr<NameReply> DecodeNameReply(const std::string& payload);
 
 }  // namespace byteps::protocol

@@ -28,7 +28,7 @@ uint16_t HeaderCrc(const uint8_t* header) {
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 9) || (op >= 16 && op <= 32);
+  return (op >= 1 && op <= 11) || (op >= 16 && op <= 33);
 }
 
 Status WireVersionMismatch(uint8_t peer_version) {
@@ -52,6 +52,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kFinish: return "Finish";
     case Opcode::kTerminate: return "Terminate";
     case Opcode::kJobError: return "JobError";
+    case Opcode::kNameRequest: return "NameRequest";
+    case Opcode::kNameReply: return "NameReply";
     case Opcode::kHello: return "Hello";
     case Opcode::kInitKey: return "InitKey";
     case Opcode::kPushPull: return "PushPull";
@@ -69,6 +71,7 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kUcxHello: return "UcxHello";
     case Opcode::kUcxReady: return "UcxReady";
     case Opcode::kLeave: return "Leave";
+    case Opcode::kRelease: return "Release";
   }
   return "Unknown";
 }

@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 6;
+inline constexpr uint8_t kWireVersion = 7;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -27,6 +27,9 @@ enum class Opcode : uint8_t {
   kFinish = 7,          // worker -> scheduler: this worker is done
   kTerminate = 8,       // scheduler -> node: job over (arg = 0 clean, else failure)
   kJobError = 9,        // scheduler -> node: rendezvous failed; payload says why
+  kNameRequest = 10,    // worker process -> scheduler: the plan of a (name, incarnation, generation)? (JSON
+                        // NameRequest; request_id is echoed); any connection, registered or not
+  kNameReply = 11,      // scheduler -> worker process: the plan (JSON NameReply) for request_id
   // Data plane (worker <-> server).
   kHello = 16,          // worker -> server: first frame on a data connection (sender = worker rank)
   kInitKey = 17,        // worker -> server: declare a partition (payload JSON: name, bytes, dtype)
@@ -51,6 +54,8 @@ enum class Opcode : uint8_t {
   kUcxHello = 30,       // connector -> acceptor (the TCP connection a UCX one starts on): my id, token, worker address
   kUcxReady = 31,       // acceptor -> connector: arg 0 = my id + worker address; arg 1 = refused, payload = why
   kLeave = 32,          // worker -> server: this worker has shut down and pushes nothing more (sender = its rank)
+  kRelease = 33,        // worker -> server: this worker is done with `key` after round `round` (its last push);
+                        // the server frees the key once every worker released it or left
 };
 
 // Header flag bit of kError (bits 0..14 belong to the opcode): the request can never complete,

@@ -1,6 +1,8 @@
 // The key layout every worker and server shares: a partition's key is its tensor's declared key
-// (declaration order) in the high bits and the partition index in the low kPartitionBits, so the
-// partitions of one tensor have consecutive keys. PlaceKey is the one rule that spreads keys over
+// in the high bits and the partition index in the low kPartitionBits, so the partitions of one
+// tensor have consecutive keys. A declared key is (generation << kIndexBits) | index: the index is
+// the dense number the scheduler's name service gives each (name, incarnation) (name_planner.h),
+// the generation the online tuner's partition size. PlaceKey is the one rule that spreads keys over
 // n equal places: a server's engine shards, a worker's connections to a server, and the servers
 // of a tensor declared without its size.
 // Threading: pure functions.
@@ -13,7 +15,15 @@ namespace byteps::protocol {
 
 inline constexpr int kPartitionBits = 16;
 inline constexpr size_t kMaxPartitionsPerTensor = size_t{1} << kPartitionBits;
-inline constexpr size_t kMaxTensors = size_t{1} << 16;  // declared keys fit 16 bits (48 in the layout)
+// Declared keys are 32 bits: 24 of index (one per name and incarnation: a name used at a new size
+// takes a new one) and 8 of generation.
+inline constexpr int kIndexBits = 24;
+inline constexpr size_t kMaxTensors = size_t{1} << kIndexBits;
+inline constexpr uint32_t kMaxGenerations = 1u << (32 - kIndexBits);
+
+constexpr uint32_t MakeDeclaredKey(uint32_t generation, uint32_t index) { return (generation << kIndexBits) | index; }
+constexpr uint32_t GenerationOf(uint32_t declared_key) { return declared_key >> kIndexBits; }
+constexpr uint32_t IndexOf(uint32_t declared_key) { return declared_key & ((1u << kIndexBits) - 1); }
 
 constexpr uint64_t MakeKey(uint32_t declared_key, uint32_t partition) {
   return (static_cast<uint64_t>(declared_key) << kPartitionBits) | partition;

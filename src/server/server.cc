@@ -32,6 +32,9 @@ Server::~Server() { Shutdown(); }
 
 void Server::Shutdown() {
   if (transport_) transport_->Shutdown();
+  if (!shards_.empty() && keys_freed() > 0) {
+    BYTEPS_LOG(Info, "{} keys held at the end; {} freed once every worker released them", keys_held(), keys_freed());
+  }
   shards_.clear();  // joins after draining; buffers return to pool_
   transport_.reset();
 }
@@ -39,6 +42,18 @@ void Server::Shutdown() {
 StatusOr<int> Server::Listen(const std::string& host, int port) {
   auto p = transport_->Listen(host, port, this);
   return p;  // an error names the address; the caller names the role (byteps server: ...)
+}
+
+size_t Server::keys_held() const {
+  size_t n = 0;
+  for (const auto& s : shards_) n += s->keys_held();
+  return n;
+}
+
+size_t Server::keys_freed() const {
+  size_t n = 0;
+  for (const auto& s : shards_) n += s->keys_freed();
+  return n;
 }
 
 SumEngine& Server::ShardFor(uint64_t key) {
@@ -57,8 +72,10 @@ StatusOr<transport::RecvBuffer> Server::OnHeader(transport::Connection& c, const
     return ProtocolError(fmt::format("{} sent {} before Hello; not a byteps worker", c.peer_name(),
                                      protocol::OpcodeName(h.opcode)));
   }
-  if (h.opcode == Opcode::kLeave) {
-    if (h.payload_len != 0) return ProtocolError(fmt::format("Leave from {} with a payload", c.peer_name()));
+  if (h.opcode == Opcode::kLeave || h.opcode == Opcode::kRelease) {
+    if (h.payload_len != 0) {
+      return ProtocolError(fmt::format("{} from {} with a payload", protocol::OpcodeName(h.opcode), c.peer_name()));
+    }
     return transport::RecvBuffer{};
   }
   if (h.opcode != Opcode::kPushPull) {
@@ -133,6 +150,9 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       ShardFor(h.key).Post(std::move(t));
       return;
     }
+    case Opcode::kRelease:
+      ShardFor(h.key).Post(ReleaseTask{h.key, WorkerOf(c.tag), h.round});
+      return;
     case Opcode::kLeave: {
       // The worker has shut down: every shard learns it (a round it never pushed cannot complete).
       BYTEPS_LOG(Info, "{} has left the job", c.peer_name());

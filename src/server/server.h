@@ -29,6 +29,10 @@ class Server : public transport::Handler {
   // Listens for workers; returns the bound port.
   StatusOr<int> Listen(const std::string& host, int port);
   void Shutdown();
+  // Keys the shards hold state for, and keys freed because every worker released them
+  // (kRelease); a snapshot, any thread (0 after Shutdown).
+  size_t keys_held() const;
+  size_t keys_freed() const;
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;

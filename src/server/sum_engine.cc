@@ -38,6 +38,7 @@ SumEngine::~SumEngine() {
 void SumEngine::Post(PushTask t) { Enqueue(std::move(t)); }
 void SumEngine::Post(InitTask t) { Enqueue(std::move(t)); }
 void SumEngine::Post(LeaveTask t) { Enqueue(t); }
+void SumEngine::Post(ReleaseTask t) { Enqueue(t); }
 
 void SumEngine::Enqueue(Task t) {
   {
@@ -62,6 +63,7 @@ void SumEngine::Run() {
       if (auto* p = std::get_if<PushTask>(&t)) HandlePush(*p);
       else if (auto* i = std::get_if<InitTask>(&t)) HandleInit(*i);
       else if (auto* l = std::get_if<LeaveTask>(&t)) HandleLeave(*l);
+      else if (auto* r = std::get_if<ReleaseTask>(&t)) HandleRelease(*r);
     }
     batch.clear();
   }
@@ -104,15 +106,18 @@ void SumEngine::HandleLeave(const LeaveTask& t) {
     for (const Waiter& w : ks.waiters) ReplyFatal(w.conn, key, w.request_id, UnevenEnd(ks, key, w.worker, round, t.worker));
     ks.waiters.clear();
   }
+  // A key every other worker released is free now (the leaver pushes it no more).
+  std::vector<uint64_t> keys;
+  for (const auto& [key, ks] : keys_) keys.push_back(key);
+  for (uint64_t key : keys) MaybeFree(key);
 }
 
 void SumEngine::HandleInit(InitTask& t) {
-  KeyState& ks = keys_[t.key];
+  KeyState& ks = StateOf(t.key);
   if (!ks.initialized) {
     ks.initialized = true;
     ks.init = t.init;
     ks.init_worker = t.worker;
-    ks.last_round.assign(num_workers_, 0);
     return;
   }
   if (ks.init.name == t.init.name && ks.init.bytes == t.init.bytes && ks.init.dtype == t.init.dtype &&
@@ -198,6 +203,13 @@ void SumEngine::HandlePush(PushTask& t) {
       ReplyFatal(t.conn, t.key, t.request_id, st);
       return;
     }
+    for (int v = 0; v < num_workers_; ++v) {
+      if (ks.released[v] < 0 || ks.released[v] >= static_cast<int64_t>(t.round)) continue;
+      Status st = PastRelease(ks, t.key, t.worker, t.round, v);
+      BYTEPS_LOG(Error, "{}", st.message());
+      ReplyError(t.conn, t.key, t.request_id, st);
+      return;
+    }
   }
   if (t.round <= last) {
     // A resend: never count it again. Answer it if its round is complete, else re-point the
@@ -241,6 +253,7 @@ void SumEngine::HandlePush(PushTask& t) {
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
   for (const Waiter& w : waiters) ReplySum(ks, t.key, w);
+  MaybeFree(t.key);  // the last round a releaser waited for
 }
 
 }  // namespace byteps::server

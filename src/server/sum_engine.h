@@ -7,6 +7,7 @@
 // Threading: Post* from any thread; everything else on the shard's own thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -56,6 +57,16 @@ struct LeaveTask {
   int worker = 0;
 };
 
+// A worker is done with a key after `last_round` (its last push; 0: none): it moved the tensor to
+// a new incarnation, or the online tuner left the key's generation behind. Once every worker
+// released the key (or left) and its rounds are complete, the shard frees it. A push of a round
+// past a releaser's last round can never complete: it fails naming both workers and both rounds.
+struct ReleaseTask {
+  uint64_t key = 0;
+  int worker = 0;
+  uint32_t last_round = 0;
+};
+
 class SumEngine {
  public:
   SumEngine(int index, int num_workers);
@@ -66,6 +77,10 @@ class SumEngine {
   void Post(PushTask t);
   void Post(InitTask t);
   void Post(LeaveTask t);
+  void Post(ReleaseTask t);
+  // Keys this shard holds state for / has freed (any thread; a snapshot).
+  size_t keys_held() const { return held_.load(std::memory_order_relaxed); }
+  size_t keys_freed() const { return freed_.load(std::memory_order_relaxed); }
 
  private:
   struct Waiter {
@@ -83,15 +98,23 @@ class SumEngine {
     std::shared_ptr<uint8_t> accum;
     int pushed = 0;
     std::vector<uint32_t> last_round;  // per worker
+    std::vector<int64_t> released;     // per worker: its last round once it released the key, else -1
     std::vector<Waiter> waiters;
     std::shared_ptr<uint8_t> result;   // sum of completed_round
   };
-  using Task = std::variant<PushTask, InitTask, LeaveTask>;
+  using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask>;
 
   void Run();
   void HandleInit(InitTask& t);
   void HandlePush(PushTask& t);
   void HandleLeave(const LeaveTask& t);
+  void HandleRelease(const ReleaseTask& t);  // sum_engine_release.cc
+  // The state of `key`, with its per-worker vectors sized.
+  KeyState& StateOf(uint64_t key);
+  // Frees `key` when every worker released it (or left) and its rounds are complete; true if it did.
+  bool MaybeFree(uint64_t key);
+  // The error for `worker` pushing `round` of a key that `releaser` released after an earlier round.
+  static Status PastRelease(const KeyState& ks, uint64_t key, int worker, uint32_t round, int releaser);
   // The error for `worker` needing `round` of `key`, which `gone` (a worker that left) never pushed.
   static Status UnevenEnd(const KeyState& ks, uint64_t key, int worker, uint32_t round, int gone);
   static void ReplyFatal(const std::shared_ptr<transport::Connection>& conn, uint64_t key, uint64_t request_id,
@@ -105,6 +128,8 @@ class SumEngine {
   const int num_workers_;
   std::unordered_map<uint64_t, KeyState> keys_;  // shard thread only
   std::vector<int> left_;                         // workers that have left (Leave), shard thread only
+  std::atomic<size_t> held_{0};
+  std::atomic<size_t> freed_{0};
 
   std::mutex mu_;
   std::condition_variable cv_;

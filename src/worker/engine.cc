@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "cluster/cluster_config.h"
+#include "cluster/name_client.h"
+#include "protocol/name_planner.h"
 #include "common/logging.h"
 #include "device/topology.h"
 #include "transport/transport_config.h"
@@ -25,9 +27,11 @@ namespace byteps::worker {
 
 Engine::Engine(const config::Config& config)
     : config_(config),
+      local_names_(planning::KeyAssigner::LocalResolver(std::max(1, config.num_servers))),
       handles_(std::make_unique<pipeline::HandleTable>()),
       telemetry_(config.telemetry_on, config.telemetry_window_s),
-      assigner_(std::make_unique<planning::KeyAssigner>(std::max(1, config.num_servers), config.partition_bytes)),
+      assigner_(std::make_unique<planning::KeyAssigner>(
+          [this](const protocol::NameRequest& r) { return Resolve(r); }, config.partition_bytes)),
       credit_bytes_(static_cast<size_t>(config.scheduling_credit) * config.partition_bytes) {}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
@@ -47,6 +51,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
       return st;
     }
   }
+  e->StartNames();
   e->StartPipeline();
   if (config.distributed()) {
     if (Status st = e->TuneAtStart(); !st.ok()) {
@@ -116,6 +121,34 @@ Status Engine::Connect() {
   return Status::Ok();
 }
 
+void Engine::StartNames() {
+  if (!config_.distributed()) return;  // this process's own planner (local_names_)
+  transport::Transport* t = control_transport_.get();
+  if (t == nullptr) {  // a host's non-root: a line of its own to the scheduler (it never registers)
+    transport::TransportOptions o = transport::TransportOptionsFor(config_, "wrk-names");
+    o.kind = transport::TransportKind::kTcp;
+    o.io_threads = 1;
+    names_transport_ = transport::CreateTcpTransport(o);
+    t = names_transport_.get();
+  }
+  cluster::NameClientOptions no;
+  no.root_uri = config_.root_uri;
+  no.root_port = config_.root_port;
+  no.timeout_s = config_.op_timeout_s;
+  names_ = std::make_unique<cluster::NameClient>(t, no);
+}
+
+StatusOr<protocol::NamePlan> Engine::Resolve(const protocol::NameRequest& r) {
+  return names_ ? names_->Resolve(r) : local_names_(r);
+}
+
+void Engine::ReleaseRetired(const std::vector<planning::Retired>& retired) {
+  if (retired.empty()) return;
+  // Only a process with links to the servers has keys there (a host's non-roots share the root's).
+  if (pipelines_ == nullptr || pipelines_->push_pull() == nullptr) return;
+  for (const planning::Retired& r : retired) pipelines_->push_pull()->Release(*r.plan, r.last_round);
+}
+
 void Engine::StartPipeline() {
   pipeline::Dispatcher::Options d;
   d.credit_bytes = credit_bytes();
@@ -124,6 +157,7 @@ void Engine::StartPipeline() {
         // A user push_pull that succeeded counts for get_pushpull_speed once it completes, before
         // its waiter wakes (a caller reading the speed right after sees it).
         handles_->PartDone(*t->op, t->part, st, [this](const pipeline::Operation& op) {
+          assigner_->End(*op.plan, op.status);  // before a waiter wakes: its next use sees it done
           if (op.status.ok() && op.request.name.rfind(tuning::kInternalTuningPrefix, 0) != 0) {
             telemetry_.Add(op.request.bytes);
           }
@@ -180,19 +214,32 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   {
     std::unique_lock<std::mutex> lock(plan_mu_);
     if (online_ && !internal) {
-      BYTEPS_ASSIGN_OR_RETURN(uint32_t index, assigner_->Declare(r.name));
-      OnlineStep step = TuneOnline(index, r.bytes);
+      OnlineStep step = TuneOnline(assigner_->LocalIndex(r.name), r.bytes);
       credit = step.credit;
       if (step.agree) {
         lock.unlock();
-        BYTEPS_ASSIGN_OR_RETURN(credit, AgreeOnPartition(*step.agree, index, r.bytes));
-        lock.lock();
+        BYTEPS_ASSIGN_OR_RETURN(credit, AgreeOnPartition(*step.agree, assigner_->LocalIndex(r.name), r.bytes));
       }
     }
-    BYTEPS_ASSIGN_OR_RETURN(const planning::TensorPlan* plan, assigner_->Plan(r.name, r.bytes, r.dtype));
+  }
+  // Not under plan_mu_: a first use waits for the name service, and unrelated names need not
+  // wait for it (the online tuning serialises user push_pulls through tune_mu_ anyway).
+  planning::Signature sig;
+  sig.bytes = r.bytes;
+  sig.dtype = r.dtype;
+  sig.op = r.op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::kOpSum;
+  auto begun = assigner_->Begin(r.name, sig);
+  if (!begun.ok()) return begun.status().WithContext(fmt::format("push_pull of '{}'", r.name));
+  ReleaseRetired(begun->retired);
+  const planning::TensorPlan* plan = begun->plan;
+  {
+    std::lock_guard<std::mutex> lock(plan_mu_);
     op = pipeline::MakeOperation(r, *plan, route, &next_task_);
   }
-  BYTEPS_RETURN_IF_ERROR(op->pipeline->Admit(*op).WithContext(fmt::format("push_pull of '{}'", r.name)));
+  if (Status st = op->pipeline->Admit(*op); !st.ok()) {
+    assigner_->Abandon(*plan);
+    return st.WithContext(fmt::format("push_pull of '{}'", r.name));
+  }
   // Submissions are applied in order and a new credit before them: it starts with this operation.
   if (credit) loop_->SetCredit(*credit);
   HandleId id = handles_->Add(op);
@@ -231,8 +278,10 @@ Status Engine::Wait(HandleId h, double timeout_s) {
 }
 
 StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
-  std::lock_guard<std::mutex> lock(plan_mu_);
-  return assigner_->Declare(name, size);
+  std::vector<planning::Retired> retired;
+  auto index = assigner_->Declare(name, size, &retired);
+  ReleaseRetired(retired);
+  return index;
 }
 
 void Engine::FailAll(const Status& st) {

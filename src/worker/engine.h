@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -30,6 +31,11 @@
 
 namespace byteps::cluster {
 class ClusterClient;
+class NameClient;
+}
+namespace byteps::protocol {
+struct NameRequest;
+struct NamePlan;
 }
 namespace byteps::transport {
 class Transport;
@@ -47,6 +53,7 @@ class HandleTable;
 }
 namespace planning {
 class KeyAssigner;
+struct Retired;
 }
 namespace server_links {
 class ServerLinks;
@@ -85,8 +92,8 @@ class Engine {
   // concurrently with it).
   StagingStats staging_stats() const;
 
-  // Declares `name` (same order on every worker). With a size, places its partitions now
-  // (byte-balanced over servers).
+  // Declares `name` (in any order: the scheduler's name service agrees on its key). With a size,
+  // places its partitions now (byte-balanced over servers).
   StatusOr<uint32_t> Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size = std::nullopt);
   StatusOr<HandleId> Enqueue(const TensorRequest& request);
   // True when finished successfully, false while running; the operation's error once it failed.
@@ -104,6 +111,12 @@ class Engine {
   explicit Engine(const config::Config& config);
   Status StartLocal();
   Status Connect();
+  // The name service: the scheduler's in a distributed job (a connection of this process's own,
+  // opened on first use), else this process's own planner.
+  void StartNames();
+  StatusOr<protocol::NamePlan> Resolve(const protocol::NameRequest& r);
+  // Tells the servers this worker is done with these plans' keys (planning/key_assigner.h).
+  void ReleaseRetired(const std::vector<planning::Retired>& retired);
   void StartPipeline();
   // A concatenation's own rules (its slice, no average, one process per host).
   Status CheckConcat(const TensorRequest& r) const;
@@ -138,6 +151,9 @@ class Engine {
   std::unique_ptr<transport::Transport> transport_;          // data: to the servers
   std::unique_ptr<transport::Transport> control_transport_;  // TCP: to the scheduler
   std::unique_ptr<cluster::ClusterClient> cluster_;
+  std::unique_ptr<transport::Transport> names_transport_;  // a local non-root's line to the scheduler
+  std::unique_ptr<cluster::NameClient> names_;             // distributed; set before any use
+  std::function<StatusOr<protocol::NamePlan>(const protocol::NameRequest&)> local_names_;
   std::unique_ptr<local_reduce::LocalCircles> local_;  // BYTEPS_LOCAL_SIZE > 1
   std::unique_ptr<server_links::ServerLinks> links_;   // when this process talks to the servers
   std::unique_ptr<pipeline::HandleTable> handles_;
@@ -146,7 +162,7 @@ class Engine {
   std::unique_ptr<PipelineSet> pipelines_;
 
   mutable std::mutex plan_mu_;
-  std::unique_ptr<planning::KeyAssigner> assigner_;  // guarded by plan_mu_
+  std::unique_ptr<planning::KeyAssigner> assigner_;  // thread-safe itself
   uint64_t next_task_ = 1;                           // guarded by plan_mu_
   std::unique_ptr<tuning::OnlineTuner> online_;      // guarded by plan_mu_; null once settled
   bool online_partition_ = false;                    // guarded by plan_mu_: online_ tunes the partition

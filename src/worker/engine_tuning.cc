@@ -204,8 +204,9 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
     } else if (value) {
       const auto g = static_cast<uint32_t>(
           std::find(partition_candidates_.begin(), partition_candidates_.end(), *value) - partition_candidates_.begin());
-      // Every generation explored keeps its last sums on the servers until the job ends: a model
-      // too large for that keeps the start-up size (the same verdict everywhere: the bytes come
+      // Every generation explored keeps its last sums on the servers until the partition size
+      // settles (then the servers free the ones left behind): a model too large for that keeps
+      // the start-up size (the same verdict everywhere: the bytes come
       // from the declarations).
       const uint64_t limit = kMaxExploredBytesPerServer * static_cast<uint64_t>(std::max(1, config_.num_servers));
       if (g != 0 && assigner_->generation() == 0 && assigner_->known_bytes() > limit) {
@@ -279,9 +280,13 @@ StatusOr<std::optional<size_t>> Engine::AgreeOnPartition(size_t mine, uint32_t i
     tuning_.store(online_ != nullptr, std::memory_order_release);
   }
   // The other candidates' generations get no new rounds: what the pipelines hold for their keys
-  // (device tensors' pinned staging) goes once their last rounds are done.
+  // (device tensors' pinned staging) goes once their last rounds are done, and so does what the
+  // servers hold for them.
+  // The servers free the keys of those generations once every worker released them.
   for (uint32_t other = 0; other < partition_candidates_.size(); ++other) {
-    if (other != g) pipelines_->RetireGeneration(other);
+    if (other == g) continue;
+    pipelines_->RetireGeneration(other);
+    ReleaseRetired(assigner_->RetireGeneration(other));
   }
   const std::string verdict = fmt::format(
       "{} (worker 0's measurement: {}){}", g == 0 ? "kept the start-up choice" : "measured faster than the start-up choice",

@@ -50,6 +50,7 @@ class ClusterHarness {
   // until all have registered).
   Status StartWorkers();
   worker::Engine& worker(int i) { return *workers_[i]; }
+  server::Server& server(int i) { return *servers_[i].server; }
   int num_workers() const { return options_.num_workers; }
   // The job's settings (addresses, sizes, deadlines) as every role of the harness sees them.
   config::Config JobConfig() const;

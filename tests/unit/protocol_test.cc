@@ -28,7 +28,8 @@ constexpr Opcode kAllOpcodes[] = {
     Opcode::kPushPullReply, Opcode::kError, Opcode::kLocalReady, Opcode::kLocalDone,
     Opcode::kAuthChallenge, Opcode::kAuthResponse, Opcode::kLocalGroup, Opcode::kLocalGo,
     Opcode::kShmHello, Opcode::kShmReady, Opcode::kShmBell,
-    Opcode::kUcxHello, Opcode::kUcxReady, Opcode::kLeave};
+    Opcode::kUcxHello, Opcode::kUcxReady, Opcode::kLeave,
+    Opcode::kNameRequest, Opcode::kNameReply, Opcode::kRelease};
 // Bytes EncodeHeader always writes as zero and DecodeHeader ignores (frame.cc: kOffReserved, kOffPad).
 constexpr size_t kIgnoredBytes[] = {7, 18, 19};
 
@@ -134,11 +135,11 @@ TEST(FrameTest, RejectionsNameTheField) {
   ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(), "bad magic 0x31535058");
 
   bytes = Encode(Header{});
-  bytes[4] = 7;
+  bytes[4] = kWireVersion + 1;
   EXPECT_TRUE(IsWireVersionMismatch(bytes.data(), kHeaderSize));
   const Status other = DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status();
   EXPECT_EQ(other.code(), StatusCode::kInvalidArgument) << other.ToString();  // no retry can fix it
-  EXPECT_NE(other.message().find("unsupported wire version 7 (this build speaks " + std::to_string(kWireVersion) +
+  EXPECT_NE(other.message().find("unsupported wire version " + std::to_string(kWireVersion + 1) + " (this build speaks " + std::to_string(kWireVersion) +
                                  ")"),
             std::string::npos)
       << other.ToString();
@@ -146,7 +147,7 @@ TEST(FrameTest, RejectionsNameTheField) {
   bytes[0] = 'X';
   EXPECT_FALSE(IsWireVersionMismatch(bytes.data(), kHeaderSize));  // not a byteps header at all
 
-  for (int op : {0, 10, 15, 33, 200, 255}) {
+  for (int op : {0, 12, 15, 34, 200, 255}) {
     bytes = Encode(Header{});
     bytes[5] = static_cast<uint8_t>(op);
     ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
@@ -168,7 +169,8 @@ TEST(FrameTest, KnownOpcodesAndNames) {
                                "NodeFailed", "Finish",      "Terminate", "JobError",      "Hello",
                                "InitKey",  "PushPull",      "PushPullReply", "Error", "LocalReady", "LocalDone",
                                "AuthChallenge", "AuthResponse", "LocalGroup", "LocalGo",
-                               "ShmHello", "ShmReady", "ShmBell", "UcxHello", "UcxReady", "Leave"};
+                               "ShmHello", "ShmReady", "ShmBell", "UcxHello", "UcxReady", "Leave",
+                               "NameRequest", "NameReply", "Release"};
   for (size_t i = 0; i < std::size(kAllOpcodes); ++i) {
     EXPECT_EQ(OpcodeName(kAllOpcodes[i]), names[i]);
     EXPECT_TRUE(IsKnownOpcode(static_cast<uint8_t>(kAllOpcodes[i])));

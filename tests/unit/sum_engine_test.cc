@@ -370,5 +370,51 @@ TEST_F(SumEngineTest, ALeaveAfterAnEvenEndFailsNothing) {
   EXPECT_FALSE(wrong.header.flags & protocol::kFlagJobFatal) << wrong.payload;
 }
 
+// Releases (kRelease): a key every worker released, after its rounds completed, is freed; a push
+// past a releaser's last round fails at once naming both workers and both rounds.
+TEST_F(SumEngineTest, AKeyEveryWorkerReleasedIsFreed) {
+  Start(2);
+  Init(9, DataType::kFloat32, 2, "emb");
+  const auto ones = testing::Encode(DataType::kFloat32, {1, 1});
+  for (int w = 0; w < 2; ++w) Push(9, 1, w, ones, DataType::kFloat32);
+  for (int w = 0; w < 2; ++w) Next(conns_[w], Opcode::kPushPullReply);
+  // Worker 0 releases after round 2, which worker 1 has not pushed yet: the key stays.
+  Push(9, 2, 0, ones, DataType::kFloat32);
+  engine_->Post(ReleaseTask{9, 0, 2});
+  Drain();
+  EXPECT_EQ(engine_->keys_held(), 1u);
+  engine_->Post(ReleaseTask{9, 1, 2});  // worker 1 says it is done after round 2 too, before its push lands
+  Push(9, 2, 1, ones, DataType::kFloat32);
+  for (int w = 0; w < 2; ++w) Next(conns_[w], Opcode::kPushPullReply);  // round 2 still completes
+  Drain();
+  EXPECT_EQ(engine_->keys_held(), 0u);
+  EXPECT_EQ(engine_->keys_freed(), 1u);
+  // A release of a key with nothing of one worker's is kept until the others release it too.
+  engine_->Post(ReleaseTask{10, 0, 0});
+  Drain();
+  EXPECT_EQ(engine_->keys_held(), 1u);
+  engine_->Post(LeaveTask{1});  // a worker that left counts as released
+  Drain();
+  EXPECT_EQ(engine_->keys_held(), 0u);
+  EXPECT_EQ(engine_->keys_freed(), 2u);
+}
+
+TEST_F(SumEngineTest, APushPastAReleaseFailsNamingBothWorkers) {
+  Start(2);
+  Init(11, DataType::kFloat32, 2, "layer.w");
+  const auto ones = testing::Encode(DataType::kFloat32, {1, 1});
+  for (int w = 0; w < 2; ++w) Push(11, 1, w, ones, DataType::kFloat32);
+  for (int w = 0; w < 2; ++w) Next(conns_[w], Opcode::kPushPullReply);
+  Push(11, 2, 1, ones, DataType::kFloat32, 55);  // worker 1 waits on round 2 ...
+  engine_->Post(ReleaseTask{11, 0, 1});          // ... which worker 0 will never push
+  Status st = NextError(conns_[1]);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Has(st.message(), "tensor 'layer.w' (key 11): worker 0 moved the tensor")) << st.message();
+  EXPECT_TRUE(Has(st.message(), "after round 1; worker 1 pushed round 2")) << st.message();
+  Push(11, 3, 1, ones, DataType::kFloat32, 56);  // and so is a later push
+  st = NextError(conns_[1]);
+  EXPECT_TRUE(Has(st.message(), "worker 1 pushed round 3")) << st.message();
+}
+
 }  // namespace
 }  // namespace byteps::server

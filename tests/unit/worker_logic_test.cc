@@ -16,6 +16,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/half.h"
@@ -23,7 +24,8 @@
 #include "worker/local_reduce/local_reducer.h"
 #include "worker/local_reduce/shm_segment.h"
 #include "worker/planning/key_assigner.h"
-#include "worker/planning/partitioner.h"
+#include "protocol/name_planner.h"
+#include "protocol/partitioner.h"
 
 namespace byteps::worker {
 namespace {
@@ -34,7 +36,7 @@ namespace {
 void CheckPartitions(size_t bytes, size_t pbytes, size_t elem) {
   SCOPED_TRACE("bytes=" + std::to_string(bytes) + " partition=" + std::to_string(pbytes) +
                " elem=" + std::to_string(elem));
-  auto parts = planning::SplitIntoPartitions(bytes, pbytes, elem);
+  auto parts = protocol::SplitIntoPartitions(bytes, pbytes, elem);
   ASSERT_FALSE(parts.empty());
   const size_t step = std::max(elem, pbytes / elem * elem);
   EXPECT_EQ(parts.size(), bytes == 0 ? 1 : (bytes + step - 1) / step);  // as few as the cap allows
@@ -56,27 +58,27 @@ void CheckPartitions(size_t bytes, size_t pbytes, size_t elem) {
 }
 
 TEST(PartitionerTest, EmptyTensorHasOneEmptyPartition) {
-  auto parts = planning::SplitIntoPartitions(0, 4096, 4);
+  auto parts = protocol::SplitIntoPartitions(0, 4096, 4);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].offset, 0u);
   EXPECT_EQ(parts[0].length, 0u);
 }
 
 TEST(PartitionerTest, ExactMultiples) {
-  auto parts = planning::SplitIntoPartitions(4 * 4096, 4096, 4);
+  auto parts = protocol::SplitIntoPartitions(4 * 4096, 4096, 4);
   ASSERT_EQ(parts.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(parts[i].offset, i * 4096);
     EXPECT_EQ(parts[i].length, 4096u);
   }
-  parts = planning::SplitIntoPartitions(4096, 4096, 8);
+  parts = protocol::SplitIntoPartitions(4096, 4096, 8);
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].length, 4096u);
 }
 
 TEST(PartitionerTest, RemainderIsSpreadEvenly) {
   // Just over two partitions: three nearly equal parts instead of two full ones and a sliver.
-  auto parts = planning::SplitIntoPartitions(2 * 4096 + 8, 4096, 4);
+  auto parts = protocol::SplitIntoPartitions(2 * 4096 + 8, 4096, 4);
   ASSERT_EQ(parts.size(), 3u);
   EXPECT_EQ(parts[0].length, 2736u);
   EXPECT_EQ(parts[1].length, 2736u);
@@ -85,13 +87,13 @@ TEST(PartitionerTest, RemainderIsSpreadEvenly) {
 }
 
 TEST(PartitionerTest, PartitionSmallerThanOneElement) {
-  auto parts = planning::SplitIntoPartitions(40, 3, 8);  // 3-byte partitions of 8-byte elements
+  auto parts = protocol::SplitIntoPartitions(40, 3, 8);  // 3-byte partitions of 8-byte elements
   ASSERT_EQ(parts.size(), 5u);
   for (size_t i = 0; i < parts.size(); ++i) {
     EXPECT_EQ(parts[i].offset, i * 8);
     EXPECT_EQ(parts[i].length, 8u);
   }
-  EXPECT_EQ(planning::SplitIntoPartitions(40, 0, 4).size(), 10u);
+  EXPECT_EQ(protocol::SplitIntoPartitions(40, 0, 4).size(), 10u);
 }
 
 TEST(PartitionerTest, InvariantsOverASweep) {
@@ -104,184 +106,237 @@ TEST(PartitionerTest, InvariantsOverASweep) {
   }
 }
 
-// ---- KeyAssigner -----------------------------------------------------------------------------
+// ---- NamePlanner (the name service) ----------------------------------------------------------
 
-using SizedDecl = std::optional<std::pair<size_t, DataType>>;
-
-TEST(KeyAssignerTest, SequentialKeysAndStableNames) {
-  planning::KeyAssigner ka(3, 1024);
-  EXPECT_EQ(ka.Declare("a").value(), 0u);
-  EXPECT_EQ(ka.Declare("b").value(), 1u);
-  EXPECT_EQ(ka.Declare("a").value(), 0u);
-  EXPECT_EQ(ka.Declare("c", SizedDecl({100, DataType::kFloat32})).value(), 2u);
-  EXPECT_EQ(ka.Declare("b", SizedDecl({8, DataType::kInt64})).value(), 1u);  // plans the known name
-  auto plan = ka.Plan("c", 100, DataType::kFloat32);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan.value()->declared_key, 2u);
-  EXPECT_EQ(plan.value()->name, "c");
-  EXPECT_EQ(ka.Plan("c", 100, DataType::kFloat32).value(), plan.value());  // same plan object
+protocol::NameRequest Sized(const std::string& name, size_t bytes, uint32_t inc = 0, uint32_t gen = 0,
+                            size_t partition = 1024, DataType dt = DataType::kFloat32) {
+  protocol::NameRequest r;
+  r.name = name;
+  r.incarnation = inc;
+  r.generation = gen;
+  r.sized = true;
+  r.bytes = bytes;
+  r.dtype = static_cast<int>(dt);
+  r.partition_bytes = partition;
+  return r;
 }
 
-TEST(KeyAssignerTest, PartitionKeys) {
-  planning::KeyAssigner ka(2, 64);
-  ka.Declare("x").value();
-  ka.Declare("y").value();
-  auto plan = ka.Plan("y", 64 * 5 + 8, DataType::kFloat64);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const auto& parts = plan.value()->partitions;
-  ASSERT_EQ(parts.size(), 6u);
-  for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(parts[i].key, (uint64_t{1} << 16) + i);
+TEST(NamePlannerTest, FirstRequestWinsAndAnswersAreIdempotent) {
+  protocol::NamePlanner p(3);
+  auto a = p.Plan(Sized("a", 4000));
+  auto b = p.Plan(Sized("b", 100));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->index, 0u);
+  EXPECT_EQ(b->index, 1u);
+  // Asked again (another worker, another partition size): the same plan.
+  auto a2 = p.Plan(Sized("a", 4000, 0, 0, 64));
+  ASSERT_TRUE(a2.ok());
+  EXPECT_EQ(*a2, *a);
+  EXPECT_EQ(a->partitions.size(), 4u);
+  // A new incarnation is a new index; a new generation keeps the index under new keys.
+  auto a1 = p.Plan(Sized("a", 8, 1));
+  ASSERT_TRUE(a1.ok());
+  EXPECT_EQ(a1->index, 2u);
+  auto ag = p.Plan(Sized("a", 4000, 0, 1, 2000));
+  ASSERT_TRUE(ag.ok());
+  EXPECT_EQ(ag->index, 0u);
+  EXPECT_EQ(ag->declared_key, protocol::MakeDeclaredKey(1, 0));
+  EXPECT_EQ(protocol::GenerationOf(ag->declared_key), 1u);
+  EXPECT_EQ(ag->partitions.size(), 2u);
+  EXPECT_EQ(protocol::DeclaredKeyOf(ag->partitions[1].key), ag->declared_key);
+  // Unsized: only the index.
+  protocol::NameRequest bare;
+  bare.name = "b";
+  EXPECT_EQ(p.Plan(bare)->index, 1u);
+  EXPECT_EQ(p.tensors(), 3u);
 }
 
-TEST(KeyAssignerTest, MismatchedSizeOrDtypeNamesTheTensor) {
-  planning::KeyAssigner ka(2, 1024);
-  ASSERT_TRUE(ka.Plan("layer.w", 400, DataType::kFloat32).ok());
-  auto bad = ka.Plan("layer.w", 800, DataType::kFloat32);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("'layer.w'"), std::string::npos) << bad.status().message();
-  bad = ka.Plan("layer.w", 400, DataType::kInt32);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("layer.w"), std::string::npos);
-  auto decl = ka.Declare("layer.w", SizedDecl({400, DataType::kFloat16}));
-  ASSERT_FALSE(decl.ok());
-  EXPECT_EQ(decl.status().code(), StatusCode::kInvalidArgument);
-}
-
-TEST(KeyAssignerTest, LimitsAreErrors) {
-  planning::KeyAssigner ka(1, 1);
-  auto many = ka.Plan("huge", planning::kMaxPartitionsPerTensor + 1, DataType::kUint8);
-  ASSERT_FALSE(many.ok());
-  EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(many.status().message().find("'huge'"), std::string::npos);
-  EXPECT_TRUE(ka.Plan("fits", planning::kMaxPartitionsPerTensor, DataType::kUint8).ok());
-
-  planning::KeyAssigner names(1, 1024);
-  for (uint32_t i = 0; i < planning::kMaxTensors; ++i) ASSERT_TRUE(names.Declare("t" + std::to_string(i)).ok());
-  auto over = names.Declare("one-too-many");
-  ASSERT_FALSE(over.ok());
-  EXPECT_NE(over.status().message().find("'one-too-many'"), std::string::npos);
-}
-
-TEST(KeyAssignerTest, SizedPlacementIsByteBalanced) {
+TEST(NamePlannerTest, ByteBalancedAndTheSameWhateverTheOrderOfOtherNames) {
   constexpr size_t kPart = 4096;
   for (int servers : {1, 2, 3, 7}) {
-    planning::KeyAssigner ka(servers, kPart);
+    protocol::NamePlanner p(servers);
     std::mt19937 rng(servers);
+    std::vector<uint64_t> loads(servers, 0);
     for (int t = 0; t < 300; ++t) {
       size_t elems = rng() % (5 * kPart / 4);
-      ASSERT_TRUE(ka.Declare("t" + std::to_string(t), SizedDecl({elems * 4, DataType::kFloat32})).ok());
+      auto plan = p.Plan(Sized("t" + std::to_string(t), elems * 4, 0, 0, kPart));
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      for (const auto& x : plan->partitions) loads[x.server] += std::max<uint64_t>(x.length, 1);
     }
-    const auto& loads = ka.server_loads();
-    ASSERT_EQ(loads.size(), static_cast<size_t>(servers));
     auto [mn, mx] = std::minmax_element(loads.begin(), loads.end());
     EXPECT_LE(*mx - *mn, kPart) << servers << " servers";
   }
 }
 
-TEST(KeyAssignerTest, SamePlansForSameDeclarationSequence) {
-  planning::KeyAssigner a(5, 1000), b(5, 1000);
-  std::mt19937 rng(7);
-  std::vector<std::pair<std::string, size_t>> seq;
-  std::map<std::string, size_t> first_bytes;  // the size each name's plan keeps
-  for (int i = 0; i < 300; ++i) {
-    std::string name = "p" + std::to_string(rng() % 150);
-    size_t bytes = (rng() % 5000) * 2;
-    if (i % 3 != 1) first_bytes.emplace(name, bytes);  // the first sized use makes the plan
-    seq.emplace_back(name, bytes);
-  }
-  for (planning::KeyAssigner* ka : {&a, &b}) {
-    for (size_t i = 0; i < seq.size(); ++i) {
-      const auto& [name, bytes] = seq[i];
-      // A mix of sized declarations, bare declarations and unsized first uses; reuses with another
-      // size fail identically on both.
-      if (i % 3 == 0) {
-        (void)ka->Declare(name, SizedDecl({bytes, DataType::kFloat16}));
-      } else if (i % 3 == 1) {
-        (void)ka->Declare(name);
-      } else {
-        (void)ka->Plan(name, bytes, DataType::kFloat16);
-      }
-    }
-  }
-  EXPECT_EQ(a.server_loads(), b.server_loads());
-  for (const auto& [name, bytes] : first_bytes) {
-    ASSERT_EQ(a.Declare(name).value(), b.Declare(name).value());
-    auto pa = a.Plan(name, bytes, DataType::kFloat16);
-    auto pb = b.Plan(name, bytes, DataType::kFloat16);
-    ASSERT_TRUE(pa.ok() && pb.ok()) << name;
-    ASSERT_EQ(pa.value()->partitions.size(), pb.value()->partitions.size());
-    for (size_t i = 0; i < pa.value()->partitions.size(); ++i) {
-      const planning::PartitionPlan &x = pa.value()->partitions[i], &y = pb.value()->partitions[i];
-      EXPECT_EQ(x.key, y.key);
-      EXPECT_EQ(x.server, y.server);
-      EXPECT_EQ(x.range.offset, y.range.offset);
-      EXPECT_EQ(x.range.length, y.range.length);
-    }
-  }
+TEST(NamePlannerTest, DisagreeingSizeGetsItsOwnPlanUnderTheSameKeys) {
+  protocol::NamePlanner p(2);
+  auto first = p.Plan(Sized("w", 400));
+  auto other = p.Plan(Sized("w", 800));
+  ASSERT_TRUE(first.ok() && other.ok());
+  EXPECT_EQ(other->declared_key, first->declared_key);
+  EXPECT_EQ(other->bytes, 800u);
+  EXPECT_EQ(*p.Plan(Sized("w", 400)), *first);  // the first plan stays everyone's
 }
 
-TEST(KeyAssignerTest, UnsizedPlacementIsRoundRobinFromHash) {
-  constexpr int kServers = 4;
-  planning::KeyAssigner ka(kServers, 100);
-  for (int i = 0; i < 5; ++i) ka.Declare("pad" + std::to_string(i)).value();
-  auto plan = ka.Plan("w", 100 * 9, DataType::kUint8);  // declared key 5, 9 partitions
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const size_t start = protocol::PlaceKey(protocol::MakeKey(5, 0), kServers);
-  const auto& parts = plan.value()->partitions;
-  ASSERT_EQ(parts.size(), 9u);
-  for (size_t i = 0; i < parts.size(); ++i) {
-    EXPECT_EQ(parts[i].server, static_cast<int>((start + i) % kServers)) << "partition " << i;
-  }
-  EXPECT_EQ(ka.server_loads(), std::vector<uint64_t>(kServers, 0));  // unsized does not count
+TEST(NamePlannerTest, LimitsAreErrorsNamingTheTensor) {
+  protocol::NamePlanner p(1);
+  auto many = p.Plan(Sized("huge", protocol::kMaxPartitionsPerTensor + 1, 0, 0, 1, DataType::kUint8));
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(many.status().message().find("'huge'"), std::string::npos);
+  EXPECT_TRUE(p.Plan(Sized("fits", protocol::kMaxPartitionsPerTensor, 0, 0, 1, DataType::kUint8)).ok());
+  auto gen = p.Plan(Sized("g", 4, 0, protocol::kMaxGenerations));
+  ASSERT_FALSE(gen.ok());
+  EXPECT_NE(gen.status().message().find("'g'"), std::string::npos);
 }
 
-TEST(KeyAssignerTest, AGenerationRePlansEveryTensorUnderKeysOfItsOwn) {
-  planning::KeyAssigner ka(3, 1000);
-  ASSERT_TRUE(ka.Declare("a", SizedDecl({4000, DataType::kUint8})).ok());
-  ASSERT_TRUE(ka.Declare("b", SizedDecl({2500, DataType::kUint8})).ok());
-  ASSERT_TRUE(ka.Plan("c", 3000, DataType::kUint8).ok());  // unsized first use
-  const planning::TensorPlan* a0 = ka.Plan("a", 4000, DataType::kUint8).value();
-  const uint64_t a0_first_key = a0->partitions[0].key;
-  ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
-  EXPECT_EQ(ka.generation(), 1u);
-  EXPECT_EQ(ka.partition_bytes(), 2000u);
-  // Every known tensor is planned in the new generation, balanced where it was declared with its size.
-  EXPECT_EQ(ka.server_loads(), (std::vector<uint64_t>{2000, 2000, 2500}));
-  const planning::TensorPlan* a1 = ka.Plan("a", 4000, DataType::kUint8).value();
-  EXPECT_EQ(a1->index, 0u);
-  EXPECT_EQ(a1->declared_key, (1u << 16) | 0u);
-  ASSERT_EQ(a1->partitions.size(), 2u);
-  EXPECT_EQ(protocol::DeclaredKeyOf(a1->partitions[1].key), (1u << 16) | 0u);
-  const planning::TensorPlan* c1 = ka.Plan("c", 3000, DataType::kUint8).value();
-  EXPECT_EQ(c1->partitions.size(), 2u);
-  EXPECT_EQ(c1->partitions[0].server,
-            static_cast<int>(protocol::PlaceKey(protocol::MakeKey((1u << 16) | 2u, 0), 3)));
-  // The old plan is untouched (an operation in flight keeps it) and comes back with its generation.
-  EXPECT_EQ(a0->partitions.size(), 4u);
-  EXPECT_EQ(a0->partitions[0].key, a0_first_key);
-  ASSERT_TRUE(ka.UseGeneration(0, 1000).ok());
-  EXPECT_EQ(ka.Plan("a", 4000, DataType::kUint8).value(), a0);
-  // A tensor new in generation 0 is planned lazily in generation 1 too, and its size is kept.
-  ASSERT_TRUE(ka.Plan("d", 1500, DataType::kUint8).ok());
-  ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
-  EXPECT_EQ(ka.Plan("d", 1500, DataType::kUint8).value()->partitions.size(), 1u);
-  EXPECT_FALSE(ka.Plan("d", 1600, DataType::kUint8).ok());
-  EXPECT_EQ(ka.Declare("d").value(), 3u);  // the index stays the declaration order
+TEST(NamePlannerTest, RequestAndReplyRoundTrip) {
+  protocol::NamePlanner p(3);
+  protocol::NameRequest r = Sized("layer.\"w\"", 5000, 2, 1, 1000, DataType::kFloat16);
+  auto back = protocol::DecodeNameRequest(protocol::Encode(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->name, r.name);
+  EXPECT_EQ(back->incarnation, 2u);
+  EXPECT_EQ(back->partition_bytes, 1000u);
+  protocol::NameReply reply;
+  reply.plan = p.Plan(r).value();
+  auto rb = protocol::DecodeNameReply(protocol::Encode(reply));
+  ASSERT_TRUE(rb.ok()) << rb.status().ToString();
+  EXPECT_EQ(rb->plan, reply.plan);
+  EXPECT_FALSE(protocol::DecodeNameReply("{\"error\": 3}").ok());
 }
 
-TEST(KeyAssignerTest, GenerationErrorsChangeNothing) {
-  planning::KeyAssigner ka(2, 1000);
-  ASSERT_TRUE(ka.Declare("big", SizedDecl({size_t{70000}, DataType::kUint8})).ok());
-  EXPECT_FALSE(ka.UseGeneration(2, 1000).ok());  // not the next one
-  auto tiny = ka.UseGeneration(1, 1);  // 70000 partitions of one byte: over the limit
-  ASSERT_FALSE(tiny.ok());
-  EXPECT_NE(tiny.message().find("'big'"), std::string::npos) << tiny.message();
-  EXPECT_EQ(ka.generation(), 0u);
+// ---- KeyAssigner (the worker's cache and the incarnation rules) --------------------------------
+
+planning::Signature Sig(size_t bytes, DataType dt = DataType::kFloat32, const char* op = protocol::kOpSum) {
+  planning::Signature s;
+  s.bytes = bytes;
+  s.dtype = dt;
+  s.op = op;
+  return s;
+}
+
+TEST(KeyAssignerTest, AsksOncePerNameIncarnationAndGeneration) {
+  int asked = 0;
+  auto local = planning::KeyAssigner::LocalResolver(3);
+  planning::KeyAssigner ka([&](const protocol::NameRequest& r) { ++asked; return local(r); }, 1024);
+  auto a = ka.Begin("a", Sig(4000));
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ka.End(*a->plan, Status::Ok());
+  auto again = ka.Begin("a", Sig(4000));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->plan, a->plan);  // the cache: same plan object, no round trip
+  ka.End(*again->plan, Status::Ok());
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(ka.Declare("b", std::nullopt, nullptr).value(), 1u);
+  EXPECT_EQ(ka.Declare("a", std::nullopt, nullptr).value(), 0u);
+  EXPECT_EQ(ka.LocalIndex("a"), 0u);
+  EXPECT_EQ(ka.LocalIndex("b"), 1u);
   ASSERT_TRUE(ka.UseGeneration(1, 2000).ok());
+  auto g1 = ka.Begin("a", Sig(4000));
+  ASSERT_TRUE(g1.ok());
+  EXPECT_EQ(protocol::GenerationOf(g1->plan->declared_key), 1u);
+  EXPECT_EQ(g1->plan->partitions.size(), 2u);
+  ka.End(*g1->plan, Status::Ok());
   EXPECT_FALSE(ka.UseGeneration(1, 4000).ok());  // an existing generation keeps its size
-  EXPECT_FALSE(ka.UseGeneration(planning::kMaxGenerations, 1000).ok());
+  EXPECT_FALSE(ka.UseGeneration(3, 1000).ok());  // not the next one
+  auto retired = ka.RetireGeneration(0);
+  ASSERT_EQ(retired.size(), 1u);
+  EXPECT_EQ(retired[0].plan, a->plan);
+  EXPECT_EQ(retired[0].last_round, 2u);
+}
+
+TEST(KeyAssignerTest, ANewSignatureWhenIdleIsANewIncarnation) {
+  planning::KeyAssigner ka(planning::KeyAssigner::LocalResolver(2), 1024);
+  auto a = ka.Begin("x", Sig(400));
+  ASSERT_TRUE(a.ok());
+  const planning::TensorPlan* first = a->plan;
+  ka.End(*first, Status::Ok());
+  ASSERT_TRUE(ka.Begin("x", Sig(400)).ok());
+  ka.End(*first, Status::Ok());
+  auto b = ka.Begin("x", Sig(800, DataType::kFloat64));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->plan->incarnation, 1u);
+  EXPECT_NE(b->plan->declared_key, first->declared_key);
+  EXPECT_EQ(b->plan->bytes, 800u);
+  ASSERT_EQ(b->retired.size(), 1u);
+  EXPECT_EQ(b->retired[0].plan, first);
+  EXPECT_EQ(b->retired[0].last_round, 2u);  // two operations of the first incarnation
+  EXPECT_EQ(first->bytes, 400u);            // an old plan never changes
+  ka.End(*b->plan, Status::Ok());
+  auto c = ka.Begin("x", Sig(800, DataType::kFloat64, protocol::kOpConcat));  // another op
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->plan->incarnation, 2u);
+  ka.End(*c->plan, Status::Ok());
+}
+
+TEST(KeyAssignerTest, ANewSignatureWhileInFlightNamesTheTensorAndBoth) {
+  planning::KeyAssigner ka(planning::KeyAssigner::LocalResolver(2), 1024);
+  auto a = ka.Begin("layer.w", Sig(400));
+  ASSERT_TRUE(a.ok());
+  auto bad = ka.Begin("layer.w", Sig(800));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'layer.w'"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("400 bytes"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("800 bytes"), std::string::npos) << bad.status().message();
+  ka.Abandon(*a->plan);  // never submitted: no longer in flight
+  auto ok = ka.Begin("layer.w", Sig(800));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->plan->incarnation, 1u);
+  ASSERT_EQ(ok->retired.size(), 1u);
+  EXPECT_EQ(ok->retired[0].last_round, 0u);  // the abandoned one took no round
+}
+
+TEST(KeyAssignerTest, AnAgreedFailureMovesTheNextUseToANewIncarnation) {
+  planning::KeyAssigner ka(planning::KeyAssigner::LocalResolver(2), 1024);
+  auto a = ka.Begin("t", Sig(64));
+  ASSERT_TRUE(a.ok());
+  ka.End(*a->plan, Unavailable("server 0 unreachable"));  // not agreed: the name stays
+  auto b = ka.Begin("t", Sig(64));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->plan, a->plan);
+  ka.End(*b->plan, InvalidArgument("server 1: tensor 't' has 64 bytes on worker 0 but 32 on worker 1"));
+  EXPECT_TRUE(planning::IsAgreedFailure(InvalidArgument("x")));
+  EXPECT_FALSE(planning::IsAgreedFailure(Aborted("x")));
+  auto c = ka.Begin("t", Sig(64));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->plan->incarnation, 1u);
+  EXPECT_NE(c->plan->declared_key, a->plan->declared_key);
+  ka.End(*c->plan, Status::Ok());
+}
+
+TEST(KeyAssignerTest, ResolverErrorsNameTheTensorAndCountNothing) {
+  bool fail = true;
+  auto local = planning::KeyAssigner::LocalResolver(1);
+  planning::KeyAssigner ka(
+      [&](const protocol::NameRequest& r) -> StatusOr<protocol::NamePlan> {
+        if (fail) return DeadlineExceeded("no answer");
+        return local(r);
+      },
+      1024);
+  auto a = ka.Begin("late", Sig(16));
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("'late'"), std::string::npos) << a.status().message();
+  fail = false;
+  auto b = ka.Begin("late", Sig(32));  // not in flight after the failure: a new signature is fine
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+}
+
+TEST(KeyAssignerTest, ConcurrentFirstUsesAgree) {
+  auto local = planning::KeyAssigner::LocalResolver(3);
+  planning::KeyAssigner ka(local, 256);
+  std::vector<std::thread> threads;
+  std::vector<const planning::TensorPlan*> plans(16);
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      auto b = ka.Begin("n" + std::to_string(i % 4), Sig(1024));
+      ASSERT_TRUE(b.ok());
+      plans[i] = b->plan;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 4; i < 16; ++i) EXPECT_EQ(plans[i], plans[i % 4]);
 }
 
 // ---- DivideInPlace ---------------------------------------------------------------------------

@@ -3,132 +3,245 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
+
+#include "protocol/name_planner.h"
 
 namespace byteps::worker::planning {
 
-KeyAssigner::KeyAssigner(int num_servers, size_t partition_bytes) : num_servers_(std::max(1, num_servers)) {
-  gens_.push_back(Generation{partition_bytes, {}, std::vector<uint64_t>(num_servers_, 0)});
+std::string Signature::Describe() const {
+  return fmt::format("{} bytes of {} ({}{}{})", bytes, DataTypeName(dtype), op, attrs.empty() ? "" : ", ", attrs);
 }
 
-StatusOr<uint32_t> KeyAssigner::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
-  auto it = keys_.find(name);
-  uint32_t index;
-  if (it != keys_.end()) {
-    index = it->second;
-  } else {
-    if (tensors_.size() >= kMaxTensors) {
-      return InvalidArgument(fmt::format("cannot declare '{}': at most {} tensors per job", name, kMaxTensors));
+bool IsAgreedFailure(const Status& st) {
+  // A failure that reaches a submitted operation as InvalidArgument comes from a server refusing
+  // the tensor's declaration or a push against it (the workers disagree on its size, dtype or op):
+  // every worker of the tensor gets it. (The cross-worker mismatch code, where the servers send
+  // one, belongs here too.) Local InvalidArguments fail Enqueue before anything is submitted.
+  return st.code() == StatusCode::kInvalidArgument;
+}
+
+KeyAssigner::KeyAssigner(Resolver resolve, size_t partition_bytes) : resolve_(std::move(resolve)) {
+  gens_.push_back(partition_bytes);
+}
+
+KeyAssigner::Resolver KeyAssigner::LocalResolver(int num_servers) {
+  struct Local {
+    std::mutex mu;
+    protocol::NamePlanner planner;
+    explicit Local(int n) : planner(n) {}
+  };
+  auto local = std::make_shared<Local>(num_servers);
+  return [local](const protocol::NameRequest& r) {
+    std::lock_guard<std::mutex> lock(local->mu);
+    return local->planner.Plan(r);
+  };
+}
+
+KeyAssigner::Name& KeyAssigner::NameLocked(const std::string& name) {
+  auto [it, added] = names_.try_emplace(name);
+  if (added) it->second.local_index = static_cast<uint32_t>(names_.size() - 1);
+  return it->second;
+}
+
+uint32_t KeyAssigner::LocalIndex(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return NameLocked(name).local_index;
+}
+
+std::vector<Retired> KeyAssigner::RetireLocked(Name& n) {
+  std::vector<Retired> out;
+  for (const auto& [g, plan] : n.plans) {
+    auto r = rounds_.find(plan->declared_key);
+    out.push_back({plan, r == rounds_.end() ? 0 : r->second});
+    if (r != rounds_.end()) rounds_.erase(r);
+  }
+  n.plans.clear();
+  return out;
+}
+
+StatusOr<uint32_t> KeyAssigner::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size,
+                                        std::vector<Retired>* retired) {
+  if (size) {
+    Signature sig;
+    sig.bytes = size->first;
+    sig.dtype = size->second;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const Name& n = NameLocked(name);
+      // The same size as the name's current use keeps its op and attributes.
+      if (n.sig && n.sig->bytes == sig.bytes && n.sig->dtype == sig.dtype) sig = *n.sig;
     }
-    index = static_cast<uint32_t>(tensors_.size());
-    keys_.emplace(name, index);
-    tensors_.push_back(Tensor{name});
+    BYTEPS_ASSIGN_OR_RETURN(Begun b, Acquire(name, sig, /*op=*/false));
+    if (retired) retired->insert(retired->end(), b.retired.begin(), b.retired.end());
+    return b.plan->index;
   }
-  if (size && !tensors_[index].sized) {
-    Tensor& t = tensors_[index];
-    t.sized = t.balanced = true;
-    t.bytes = size->first;
-    t.dtype = size->second;
-    if (auto p = PlanInCurrent(index); !p.ok()) {
-      t.sized = t.balanced = false;
-      return p.status();
+  protocol::NameRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Name& n = NameLocked(name);
+    if (n.index) return *n.index;
+    req.name = name;
+    req.incarnation = n.incarnation;
+    req.generation = current_;
+  }
+  auto resolved = resolve_(req);
+  if (!resolved.ok()) return resolved.status().WithContext(fmt::format("declaring tensor '{}'", name));
+  std::lock_guard<std::mutex> lock(mu_);
+  Name& n = NameLocked(name);
+  if (n.incarnation == req.incarnation) n.index = resolved->index;
+  return resolved->index;
+}
+
+StatusOr<KeyAssigner::Begun> KeyAssigner::Begin(const std::string& name, const Signature& sig) {
+  return Acquire(name, sig, /*op=*/true);
+}
+
+StatusOr<KeyAssigner::Begun> KeyAssigner::Acquire(const std::string& name, const Signature& sig, bool op) {
+  Begun out;
+  protocol::NameRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Name& n = NameLocked(name);
+    bool move = false;
+    if (n.sig && !(*n.sig == sig)) {
+      if (n.in_flight > 0) {
+        return InvalidArgument(fmt::format("tensor '{}' is in flight as {} and cannot be used as {} until that "
+                                           "completes (a name keeps its size, dtype and op while in use)",
+                                           name, n.sig->Describe(), sig.Describe()));
+      }
+      move = true;
+    } else if (n.move_next && n.in_flight == 0) {
+      move = true;  // its last operation failed on every worker: start afresh
     }
-    known_bytes_ += t.bytes;
-  } else if (size) {
-    BYTEPS_ASSIGN_OR_RETURN(const TensorPlan* p, Plan(name, size->first, size->second));
-    (void)p;
+    if (move) {
+      out.retired = RetireLocked(n);
+      ++n.incarnation;
+      n.index.reset();
+      n.move_next = false;
+    }
+    if (!n.sig || move) {
+      known_bytes_ -= n.sig ? n.sig->bytes : 0;
+      known_bytes_ += sig.bytes;
+      n.sig = sig;
+    }
+    if (auto it = n.plans.find(current_); it != n.plans.end()) {
+      out.plan = it->second;
+      if (op) {
+        ++n.in_flight;
+        ++rounds_[out.plan->declared_key];
+      }
+      return out;
+    }
+    ++n.in_flight;  // while resolving: another signature must wait for this one
+    req.name = name;
+    req.incarnation = n.incarnation;
+    req.generation = current_;
+    req.sized = true;
+    req.bytes = sig.bytes;
+    req.dtype = static_cast<int>(sig.dtype);
+    req.partition_bytes = gens_[current_];
   }
-  return index;
+  auto resolved = resolve_(req);
+  std::lock_guard<std::mutex> lock(mu_);
+  Name& n = NameLocked(name);
+  if (!op || !resolved.ok()) --n.in_flight;
+  if (!resolved.ok()) return resolved.status().WithContext(fmt::format("planning tensor '{}'", name));
+  const protocol::NamePlan& np = *resolved;
+  if (!np.sized || np.bytes != sig.bytes || np.name != name || np.incarnation != req.incarnation ||
+      np.generation != req.generation) {
+    if (op) --n.in_flight;
+    return Internal(fmt::format("the name service answered tensor '{}' (incarnation {}, generation {}, {} bytes) "
+                                "with a plan of '{}' (incarnation {}, generation {}, {} bytes)",
+                                name, req.incarnation, req.generation, sig.bytes, np.name, np.incarnation,
+                                np.generation, np.bytes));
+  }
+  auto [it, added] = n.plans.try_emplace(req.generation, nullptr);
+  if (added) {  // else another thread stored the same answer first
+    TensorPlan p;
+    p.name = name;
+    p.index = np.index;
+    p.declared_key = np.declared_key;
+    p.incarnation = np.incarnation;
+    p.bytes = np.bytes;
+    p.dtype = sig.dtype;
+    for (const protocol::NamePartition& x : np.partitions) {
+      p.partitions.push_back({x.key, x.server, {static_cast<size_t>(x.offset), static_cast<size_t>(x.length)}});
+    }
+    plans_.push_back(std::move(p));
+    it->second = &plans_.back();
+  }
+  n.index = np.index;
+  out.plan = it->second;
+  if (op) ++rounds_[out.plan->declared_key];
+  return out;
 }
 
-StatusOr<const TensorPlan*> KeyAssigner::Plan(const std::string& name, size_t bytes, DataType dtype) {
-  BYTEPS_ASSIGN_OR_RETURN(uint32_t index, Declare(name));
-  Tensor& t = tensors_[index];
-  if (!t.sized) {
-    t.sized = true;
-    t.bytes = bytes;
-    t.dtype = dtype;
-    auto p = PlanInCurrent(index);
-    if (!p.ok()) t.sized = false;
-    else known_bytes_ += bytes;
-    return p;
-  }
-  if (t.bytes != bytes || t.dtype != dtype) {
-    return InvalidArgument(fmt::format(
-        "tensor '{}' was first used with {} bytes of {} and now with {} bytes of {}; a name must keep its "
-        "size and dtype",
-        name, t.bytes, DataTypeName(t.dtype), bytes, DataTypeName(dtype)));
-  }
-  return PlanInCurrent(index);
+void KeyAssigner::Abandon(const TensorPlan& plan) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Name& n = NameLocked(plan.name);
+  if (n.in_flight > 0) --n.in_flight;
+  if (auto r = rounds_.find(plan.declared_key); r != rounds_.end() && r->second > 0) --r->second;
 }
 
-StatusOr<const TensorPlan*> KeyAssigner::PlanInCurrent(uint32_t index) {
-  Generation& gen = gens_[current_];
-  if (gen.plans.size() <= index) gen.plans.resize(index + 1);
-  if (!gen.plans[index]) {
-    BYTEPS_ASSIGN_OR_RETURN(TensorPlan p, MakePlan(gen, current_, index, tensors_[index].balanced, &gen.loads));
-    gen.plans[index] = std::move(p);
+void KeyAssigner::End(const TensorPlan& plan, const Status& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Name& n = NameLocked(plan.name);
+  if (n.in_flight > 0) --n.in_flight;
+  if (!st.ok() && IsAgreedFailure(st) && n.incarnation == plan.incarnation) n.move_next = true;
+}
+
+std::vector<Retired> KeyAssigner::RetireGeneration(uint32_t g) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Retired> out;
+  for (auto& [name, n] : names_) {
+    auto it = n.plans.find(g);
+    if (it == n.plans.end()) continue;
+    auto r = rounds_.find(it->second->declared_key);
+    out.push_back({it->second, r == rounds_.end() ? 0 : r->second});
+    if (r != rounds_.end()) rounds_.erase(r);
+    n.plans.erase(it);
   }
-  return static_cast<const TensorPlan*>(&*gen.plans[index]);
+  return out;
+}
+
+void KeyAssigner::set_partition_bytes(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gens_[current_] = bytes;
+}
+
+size_t KeyAssigner::partition_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gens_[current_];
+}
+
+uint32_t KeyAssigner::generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_;
+}
+
+uint64_t KeyAssigner::known_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return known_bytes_;
 }
 
 Status KeyAssigner::UseGeneration(uint32_t g, size_t partition_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (g >= kMaxGenerations) {
     return InvalidArgument(fmt::format("partition generation {} (at most {})", g, kMaxGenerations));
   }
   if (g < gens_.size()) {
-    if (gens_[g].partition_bytes != partition_bytes) {
-      return InvalidArgument(fmt::format("partition generation {} has {} byte partitions, not {}", g,
-                                         gens_[g].partition_bytes, partition_bytes));
+    if (gens_[g] != partition_bytes) {
+      return InvalidArgument(
+          fmt::format("partition generation {} has {} byte partitions, not {}", g, gens_[g], partition_bytes));
     }
-    current_ = g;
-    return Status::Ok();
-  }
-  if (g != gens_.size()) {
+  } else if (g != gens_.size()) {
     return InvalidArgument(fmt::format("partition generation {} follows generation {}", g, gens_.size() - 1));
+  } else {
+    gens_.push_back(partition_bytes);
   }
-  Generation gen{partition_bytes, {}, std::vector<uint64_t>(num_servers_, 0)};
-  for (uint32_t i = 0; i < tensors_.size(); ++i) {
-    gen.plans.emplace_back();
-    if (!tensors_[i].sized) continue;
-    auto p = MakePlan(gen, g, i, tensors_[i].balanced, &gen.loads);
-    if (!p.ok()) return p.status();
-    gen.plans[i] = std::move(p.value());
-  }
-  gens_.push_back(std::move(gen));
   current_ = g;
   return Status::Ok();
-}
-
-StatusOr<TensorPlan> KeyAssigner::MakePlan(const Generation& gen, uint32_t g, uint32_t index, bool balanced,
-                                           std::vector<uint64_t>* loads) const {
-  const Tensor& t = tensors_[index];
-  auto ranges = SplitIntoPartitions(t.bytes, gen.partition_bytes, DataTypeSize(t.dtype));
-  if (ranges.size() > kMaxPartitionsPerTensor) {
-    return InvalidArgument(fmt::format("tensor '{}' of {} bytes needs {} partitions of {} bytes (max {}); raise "
-                                       "BYTEPS_PARTITION_BYTES",
-                                       t.name, t.bytes, ranges.size(), gen.partition_bytes, kMaxPartitionsPerTensor));
-  }
-  TensorPlan p;
-  p.name = t.name;
-  p.index = index;
-  p.declared_key = (g << 16) | index;
-  p.bytes = t.bytes;
-  p.dtype = t.dtype;
-  const size_t start = protocol::PlaceKey(protocol::MakeKey(p.declared_key, 0), num_servers_);
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    PartitionPlan pp;
-    pp.key = protocol::MakeKey(p.declared_key, static_cast<uint32_t>(i));
-    pp.range = ranges[i];
-    if (balanced) {
-      pp.server = static_cast<int>(std::min_element(loads->begin(), loads->end()) - loads->begin());
-      // Count at least one byte so that empty partitions still rotate over servers.
-      (*loads)[pp.server] += std::max<size_t>(pp.range.length, 1);
-    } else {
-      pp.server = static_cast<int>((start + i) % num_servers_);
-    }
-    p.partitions.push_back(pp);
-  }
-  return p;
 }
 
 }  // namespace byteps::worker::planning

@@ -1,36 +1,46 @@
-// Tensor names -> keys, and partitions -> servers. Every worker must reach the same answers, so
-// everything here depends only on the sequence of Declare calls (which the plugins make in the same
-// order on every worker) and on the generation switches (which every worker makes at the same
-// iteration boundary):
-//  - a tensor's index = its place in declaration order (stable for the job);
-//  - a generation is one partition size; the declared key of a tensor in generation g is
-//    (g << 16) | index, so each generation's partitions have keys of their own on the servers
-//    (fresh state, rounds from 1) and no key ever changes its size; generation 0 is the start-up
-//    partition size, the online tuner adds others (engine_tuning.cc);
-//  - partition key = protocol::MakeKey(declared key, partition);
-//  - when a tensor is declared with its size, its partitions go to the least-loaded servers by
-//    bytes so far in its generation (ties: lowest rank) — byte-balanced, deterministic;
-//  - a tensor first seen without a size goes round-robin over the servers from the one
-//    protocol::PlaceKey picks for its first partition (does not change the byte loads).
-// Switching to a new generation plans every tensor known so far in it, in declaration order, so
-// the balanced placement is the same on every worker. Plans never move: an operation in flight
-// keeps the plan of the generation it started in.
-// Threading: not thread-safe; the engine serialises calls.
+// Tensor names -> keys and plans, on a worker process: a cache over the name service
+// (protocol/name_planner.h). Every worker must reach the same answers whatever order it uses its
+// tensors in, so nothing here is planned locally: the first use of a (name, incarnation,
+// generation) asks the resolver (the scheduler in a distributed job, a local NamePlanner without
+// one), which answers every worker alike; later uses hit the cache (no round trip).
+//
+// Names are scoped to the operations in flight. Per name the worker keeps its current incarnation
+// and that incarnation's signature (bytes, dtype, op, attrs). A use with another signature
+//  - while no operation of the name is in flight moves the name to incarnation + 1: a new key,
+//    fresh server state; the old incarnation's keys are retired (the caller releases them on the
+//    servers, with this worker's last round of each);
+//  - while one is in flight is an InvalidArgument naming the tensor and both signatures.
+// After an operation of the name fails in a way every worker sees alike (IsAgreedFailure), its
+// next use moves to a new incarnation too, so one failed operation never poisons a name.
+//
+// Generations: a generation is one partition size; the online tuner adds them (engine_tuning.cc).
+// A tensor's plan in a generation is agreed through the resolver on its first use there. Plans
+// never move or go away: an operation in flight keeps the plan it started with.
+//
+// Threading: all methods are thread-safe. The resolver is called without the lock held (several
+// threads may resolve unrelated names at once) and may block (bounded by its own deadline).
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "protocol/control.h"
 #include "protocol/key_layout.h"
-#include "worker/planning/partitioner.h"
+#include "protocol/partitioner.h"
 
 namespace byteps::worker::planning {
+
+using protocol::PartitionRange;
 
 struct PartitionPlan {
   uint64_t key = 0;
@@ -40,63 +50,101 @@ struct PartitionPlan {
 
 struct TensorPlan {
   std::string name;
-  uint32_t index = 0;         // declaration order: the same in every generation
-  uint32_t declared_key = 0;  // (generation << 16) | index: the keys' high bits
+  uint32_t index = 0;         // the name service's index of (name, incarnation)
+  uint32_t declared_key = 0;  // MakeDeclaredKey(generation, index): the keys' high bits
+  uint32_t incarnation = 0;
   size_t bytes = 0;
   DataType dtype = DataType::kFloat32;
   std::vector<PartitionPlan> partitions;
 };
 
+using protocol::kMaxGenerations;
 using protocol::kMaxPartitionsPerTensor;
 using protocol::kMaxTensors;
-inline constexpr uint32_t kMaxGenerations = 16;
-// The generation of a declared key ((generation << 16) | index).
-inline constexpr uint32_t GenerationOf(uint32_t declared_key) { return declared_key >> 16; }
+using protocol::GenerationOf;
+
+// What a name keeps while it stays in one incarnation.
+struct Signature {
+  size_t bytes = 0;
+  DataType dtype = DataType::kFloat32;
+  std::string op = protocol::kOpSum;  // protocol::kOpSum / kOpConcat
+  std::string attrs;                   // further declaration attributes (compared, not interpreted)
+  bool operator==(const Signature&) const = default;
+  std::string Describe() const;  // "400 bytes of float32 (sum)"
+};
+
+// Whether an operation's failure is one every worker sees alike (the servers refused the
+// tensor's declaration: a size, dtype or attribute mismatch between workers), after which every
+// worker moves the name to a new incarnation. The one place that decides it.
+bool IsAgreedFailure(const Status& st);
+
+// A retired plan and this worker's last round of it (0: none), for the servers' release.
+struct Retired {
+  const TensorPlan* plan = nullptr;
+  uint32_t last_round = 0;
+};
 
 class KeyAssigner {
  public:
-  KeyAssigner(int num_servers, size_t partition_bytes);
+  using Resolver = std::function<StatusOr<protocol::NamePlan>(const protocol::NameRequest&)>;
+  // `resolve` answers the name service's requests; `partition_bytes` is generation 0's size.
+  KeyAssigner(Resolver resolve, size_t partition_bytes);
+  // A resolver over a NamePlanner of this process's own (no scheduler).
+  static Resolver LocalResolver(int num_servers);
 
-  // Returns the index of `name`, declaring it if new. With a size, also plans it now.
-  StatusOr<uint32_t> Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size = std::nullopt);
-  // The plan for `name` with this size/dtype in the current generation; plans it on first use. A
-  // tensor first used with a different size or dtype is an InvalidArgument error naming it.
-  StatusOr<const TensorPlan*> Plan(const std::string& name, size_t bytes, DataType dtype);
-  // Bytes per server from the balanced plans of the current generation.
-  const std::vector<uint64_t>& server_loads() const { return gens_[current_].loads; }
+  // Returns the index of `name`'s current incarnation, asking for it if new. With a size, also
+  // plans it now in the current generation (a size other than the current one's, with nothing
+  // in flight, moves the name to a new incarnation; the retired plans go to *retired).
+  StatusOr<uint32_t> Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size,
+                             std::vector<Retired>* retired);
+  // A small dense number per name in this process (first use order), for the iteration clock.
+  uint32_t LocalIndex(const std::string& name);
+
+  struct Begun {
+    const TensorPlan* plan = nullptr;
+    std::vector<Retired> retired;  // the name moved to a new incarnation: release these
+  };
+  // One operation of `name` with `sig` starts in the current generation: picks the incarnation
+  // (rules above), resolves its plan on first use, and counts the operation in flight and its
+  // round. Errors name the tensor. Every Begin is followed by End, or Abandon if not submitted.
+  StatusOr<Begun> Begin(const std::string& name, const Signature& sig);
+  void Abandon(const TensorPlan& plan);
+  // The operation completed with `st` (its last partition is done).
+  void End(const TensorPlan& plan, const Status& st);
+  // The online tuner left generation `g` behind: its plans with this worker's last rounds.
+  std::vector<Retired> RetireGeneration(uint32_t g);
+
   // The partition size of the current generation (before any plan exists: sets it).
-  void set_partition_bytes(size_t bytes) { gens_[current_].partition_bytes = bytes; }
-  size_t partition_bytes() const { return gens_[current_].partition_bytes; }
-  // Makes generation `g` current, with partitions of `partition_bytes` if it is new (then every
-  // tensor known so far is planned in it, in declaration order). An existing generation keeps its
-  // size. Errors: g >= kMaxGenerations, a size that does not match the existing generation, or a
-  // tensor that would need too many partitions (nothing changes then).
+  void set_partition_bytes(size_t bytes);
+  size_t partition_bytes() const;
+  // Makes generation `g` current, with partitions of `partition_bytes` if it is new. An existing
+  // generation keeps its size. Errors: g >= kMaxGenerations, a size that does not match the
+  // existing generation, or a generation that skips one (nothing changes then).
   Status UseGeneration(uint32_t g, size_t partition_bytes);
-  uint32_t generation() const { return current_; }
-  // The bytes of every tensor whose size is known (one generation's share of the servers' memory).
-  uint64_t known_bytes() const { return known_bytes_; }
+  uint32_t generation() const;
+  // The bytes of every name's current signature (one generation's share of the servers' memory).
+  uint64_t known_bytes() const;
 
  private:
-  struct Tensor {
-    std::string name;
-    bool sized = false;     // size and dtype known (planned in some generation)
-    bool balanced = false;  // declared with its size: byte-balanced placement
-    size_t bytes = 0;
-    DataType dtype = DataType::kFloat32;
+  struct Name {
+    uint32_t local_index = 0;
+    uint32_t incarnation = 0;
+    std::optional<Signature> sig;  // none: declared without a size and not used yet
+    int in_flight = 0;
+    bool move_next = false;                        // an agreed failure: the next use moves on
+    std::optional<uint32_t> index;                 // the current incarnation's index, once known
+    std::map<uint32_t, const TensorPlan*> plans;   // the current incarnation's, by generation
   };
-  struct Generation {
-    size_t partition_bytes = 0;
-    std::deque<std::optional<TensorPlan>> plans;  // by index; a deque: plans never move
-    std::vector<uint64_t> loads;                  // bytes per server from balanced plans
-  };
-  StatusOr<TensorPlan> MakePlan(const Generation& gen, uint32_t g, uint32_t index, bool balanced,
-                                std::vector<uint64_t>* loads) const;
-  StatusOr<const TensorPlan*> PlanInCurrent(uint32_t index);
+  StatusOr<Begun> Acquire(const std::string& name, const Signature& sig, bool op);
+  Name& NameLocked(const std::string& name);
+  std::vector<Retired> RetireLocked(Name& n);
 
-  int num_servers_;
-  std::unordered_map<std::string, uint32_t> keys_;
-  std::vector<Tensor> tensors_;  // by index
-  std::deque<Generation> gens_;  // a deque: adding one never moves the others (or their plans)
+  const Resolver resolve_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Name> names_;      // references stay valid as it grows
+  std::deque<TensorPlan> plans_;                     // never shrinks: operations point at plans
+  std::unordered_map<uint32_t, uint32_t> rounds_;    // by declared key: operations begun
+  std::vector<size_t> gens_;                         // partition bytes by generation
   uint32_t current_ = 0;
   uint64_t known_bytes_ = 0;
 };

@@ -49,7 +49,36 @@ server_links::OutFrame PushPullStage::PushFrame(const pipeline::PartitionTask& t
   return f;
 }
 
+void PushPullStage::Release(const planning::TensorPlan& plan, uint32_t last_round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  announced_.erase(plan.declared_key);
+  poisoned_.erase(plan.declared_key);
+  for (const planning::PartitionPlan& p : plan.partitions) {
+    server_links::OutFrame f;
+    f.header.opcode = Opcode::kRelease;
+    f.header.key = p.key;
+    f.header.round = last_round;
+    f.header.sender = static_cast<uint32_t>(host_rank_);
+    releases_.emplace_back(p.server, std::move(f));
+  }
+}
+
+void PushPullStage::SendReleases() {
+  std::vector<std::pair<int, server_links::OutFrame>> out;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.swap(releases_);
+  }
+  for (const auto& [server, f] : out) (void)plane_->Send(server, f);
+}
+
+void PushPullStage::Flush() {
+  SendReleases();
+  plane_->Flush();
+}
+
 void PushPullStage::Start(pipeline::PartitionTask* t) {
+  SendReleases();  // before the pushes of the incarnation that follows
   const planning::TensorPlan& plan = *t->op->plan;
   std::vector<server_links::OutFrame> declare;
   Status refused;

@@ -33,7 +33,7 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
 
   size_t CreditFor(const pipeline::PartitionTask& task) const override { return task.len; }
   void Start(pipeline::PartitionTask* task) override;
-  void Flush() override { plane_->Flush(); }
+  void Flush() override;
   void FailAll(const Status& failure) override;
 
   StatusOr<transport::RecvBuffer> OnReplyHeader(transport::Connection& conn, const protocol::Header& h) override;
@@ -42,6 +42,11 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
   std::vector<server_links::OutFrame> CollectResend(int server, size_t index) override;
   void FailServer(int server, const Status& failure) override;
   bool idle() const override;
+  // This worker is done with `plan`'s keys after `last_round` (a new incarnation of its name, or a
+  // retired generation): forgets the declaration and queues a kRelease to each partition's server,
+  // sent on the dispatcher thread with the next Start or Flush. Any thread; a release lost with
+  // its connection only leaves the key on that server.
+  void Release(const planning::TensorPlan& plan, uint32_t last_round);
 
  private:
   struct InFlight {
@@ -52,6 +57,7 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
   server_links::OutFrame InitKeyFrame(const planning::TensorPlan& plan, const planning::PartitionPlan& p,
                                       ReduceOp op) const;
   server_links::OutFrame PushFrame(const pipeline::PartitionTask& t) const;
+  void SendReleases();  // dispatcher thread
   // Removes the matching in-flight tasks and returns those that may complete now (under mu_).
   template <typename Match>
   std::vector<pipeline::PartitionTask*> TakeFailedLocked(Match match, const Status& failure);
@@ -69,6 +75,7 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
   };
   std::unordered_map<uint32_t, Announced> announced_;  // by declared key
   std::unordered_map<uint32_t, Status> poisoned_;               // declared key -> the server's error
+  std::vector<std::pair<int, server_links::OutFrame>> releases_;  // (server, kRelease) to send
 };
 
 }  // namespace byteps::worker::stages

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-namespace byteps::worker::planning {
+namespace byteps::protocol {
 
 struct PartitionRange {
   size_t offset = 0;  // bytes from the tensor start
@@ -16,4 +16,4 @@ struct PartitionRange {
 // A 0-byte tensor has one empty partition (it still takes part in rounds). elem_size >= 1.
 std::vector<PartitionRange> SplitIntoPartitions(size_t tensor_bytes, size_t partition_bytes, size_t elem_size);
 
-}  // namespace byteps::worker::planning
+}  // namespace byteps::protocol

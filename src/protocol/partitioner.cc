@@ -1,8 +1,8 @@
-#include "worker/planning/partitioner.h"
+#include "protocol/partitioner.h"
 
 #include <algorithm>
 
-namespace byteps::worker::planning {
+namespace byteps::protocol {
 
 std::vector<PartitionRange> SplitIntoPartitions(size_t tensor_bytes, size_t partition_bytes, size_t elem_size) {
   size_t step = std::max(elem_size, partition_bytes / elem_size * elem_size);
@@ -25,4 +25,4 @@ std::vector<PartitionRange> SplitIntoPartitions(size_t tensor_bytes, size_t part
   return parts;
 }
 
-}  // namespace byteps::worker::planning
+}  // namespace byteps::protocol

@@ -1,0 +1,102 @@
+#include "protocol/name_planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/dtype.h"
+#include "protocol/partitioner.h"
+
+namespace byteps::protocol {
+
+NamePlanner::NamePlanner(int num_servers) : num_servers_(std::max(1, num_servers)) {}
+
+StatusOr<NamePlan> NamePlanner::Plan(const NameRequest& r) {
+  if (r.generation >= kMaxGenerations) {
+    return InvalidArgument(fmt::format("tensor '{}': partition generation {} (at most {})", r.name, r.generation,
+                                       kMaxGenerations));
+  }
+  auto found = indices_.find({r.name, r.incarnation});
+  uint32_t index;
+  if (found != indices_.end()) {
+    index = found->second;
+  } else {
+    if (indices_.size() >= kMaxTensors) {
+      return InvalidArgument(fmt::format("cannot declare '{}' (incarnation {}): at most {} tensors per job (each "
+                                         "size a name is used at counts once)",
+                                         r.name, r.incarnation, kMaxTensors));
+    }
+    index = static_cast<uint32_t>(indices_.size());
+    indices_.emplace(NameInc{r.name, r.incarnation}, index);
+  }
+  if (!r.sized) {
+    NamePlan p;
+    p.name = r.name;
+    p.incarnation = r.incarnation;
+    p.generation = r.generation;
+    p.index = index;
+    p.declared_key = MakeDeclaredKey(r.generation, index);
+    return p;
+  }
+  auto key = std::make_tuple(r.name, r.incarnation, r.generation);
+  if (auto it = plans_.find(key); it != plans_.end()) {
+    const NamePlan& first = it->second;
+    if (first.bytes == r.bytes && first.dtype == r.dtype) return first;
+    // The workers disagree: this one gets its own size under the same keys (the servers fail the
+    // tensor on every worker, naming both declarations); the loads stay as the first plan left them.
+    NameRequest same = r;
+    same.partition_bytes = std::max<uint64_t>(r.partition_bytes, 1);
+    return MakePlan(same, index, nullptr);
+  }
+  std::vector<uint64_t>& loads = loads_[r.generation];
+  if (loads.empty()) loads.assign(num_servers_, 0);
+  std::vector<uint64_t> tentative = loads;  // applied only when the plan is valid
+  BYTEPS_ASSIGN_OR_RETURN(NamePlan p, MakePlan(r, index, &tentative));
+  loads = std::move(tentative);
+  return plans_.emplace(std::move(key), std::move(p)).first->second;
+}
+
+StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, std::vector<uint64_t>* loads) const {
+  auto dtype = DataTypeFromCode(r.dtype);
+  if (!dtype || DataTypeSize(*dtype) == 0) {
+    return InvalidArgument(fmt::format("tensor '{}': unknown dtype code {}", r.name, r.dtype));
+  }
+  const size_t elem = DataTypeSize(*dtype);
+  if (r.bytes % elem != 0) {
+    return InvalidArgument(fmt::format("tensor '{}': {} bytes is not a whole number of {} elements", r.name, r.bytes,
+                                       DataTypeName(*dtype)));
+  }
+  auto ranges = SplitIntoPartitions(r.bytes, r.partition_bytes, elem);
+  if (ranges.size() > kMaxPartitionsPerTensor) {
+    return InvalidArgument(fmt::format("tensor '{}' of {} bytes needs {} partitions of {} bytes (max {}); raise "
+                                       "BYTEPS_PARTITION_BYTES",
+                                       r.name, r.bytes, ranges.size(), r.partition_bytes, kMaxPartitionsPerTensor));
+  }
+  NamePlan p;
+  p.name = r.name;
+  p.incarnation = r.incarnation;
+  p.generation = r.generation;
+  p.index = index;
+  p.declared_key = MakeDeclaredKey(r.generation, index);
+  p.sized = true;
+  p.bytes = r.bytes;
+  p.dtype = r.dtype;
+  const size_t start = PlaceKey(MakeKey(p.declared_key, 0), num_servers_);
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    NamePartition pp;
+    pp.key = MakeKey(p.declared_key, static_cast<uint32_t>(i));
+    pp.offset = ranges[i].offset;
+    pp.length = ranges[i].length;
+    if (loads != nullptr) {
+      pp.server = static_cast<int>(std::min_element(loads->begin(), loads->end()) - loads->begin());
+      // Count at least one byte so that empty partitions still rotate over servers.
+      (*loads)[pp.server] += std::max<uint64_t>(pp.length, 1);
+    } else {
+      pp.server = static_cast<int>((start + i) % num_servers_);
+    }
+    p.partitions.push_back(pp);
+  }
+  return p;
+}
+
+}  // namespace byteps::protocol

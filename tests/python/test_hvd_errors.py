@@ -150,8 +150,6 @@ finish()
 """
 
 
-@pytest.mark.xfail(reason="the core keeps a name's first size until helper A's name service (issue 29) lands: "
-                          "a name reused at another size raises 'a name must keep its size and dtype'", strict=False)
 def test_a_name_can_be_reused_at_another_size(run_job):
     result = run_job(2, 1, REUSE, timeout=120)
     assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result

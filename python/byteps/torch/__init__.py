@@ -33,13 +33,14 @@ from .ops import (
     push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume, size, suspend,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
 __all__ = sorted(set(_horovod_names) | {
     "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "cross_size",
     "cross_rank", "declare", "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
     "push_pull_inplace", "push_pull_group_sync_inplace", "byteps_torch_set_num_grads",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed",
+    "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed", "SyncBatchNorm",
 })
 
 

@@ -24,6 +24,7 @@ byteps.torch as hvd``): :mod:`byteps.torch.horovod`, docs/migration.md.
 from __future__ import annotations
 
 from .._basics import get_pushpull_speed
+from . import elastic
 from .compression import Compression
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .horovod import *  # noqa: F401,F403 - Horovod's names
@@ -33,13 +34,14 @@ from .ops import (
     push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume, size, suspend,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
 __all__ = sorted(set(_horovod_names) | {
     "init", "shutdown", "suspend", "resume", "size", "local_size", "rank", "local_rank", "cross_size",
     "cross_rank", "declare", "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
     "push_pull_inplace", "push_pull_group_sync_inplace", "byteps_torch_set_num_grads",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed",
+    "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed", "SyncBatchNorm", "elastic",
 })
 
 

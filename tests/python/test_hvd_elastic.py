@@ -125,6 +125,19 @@ expect("KeyError propagates", KeyError, "user bug", lambda: broken(hvd.elastic.O
 if len(calls) != 1:
     fails.append(f"a KeyError was retried ({len(calls)} calls)")
 
+# a failure that comes back every time, with no commit in between, is final after a bounded number of tries
+tries = []
+
+@hvd.elastic.run
+def always_failing(state):
+    tries.append(1)
+    raise hvd.HorovodInternalError("fails every time")
+
+expect("a failure without progress is final", hvd.HorovodInternalError, "without a state.commit() in between",
+       lambda: always_failing(hvd.elastic.ObjectState(hvd.broadcast_object, hvd.rank, a=1)))
+if len(tries) != hvd.elastic.MAX_FAILURES_WITHOUT_PROGRESS:
+    fails.append(f"an always-failing function ran {len(tries)} times")
+
 # ElasticSampler: 5 samples over 2 workers padded to 6, each worker every 2nd; progress drops the processed
 s = hvd.elastic.ElasticSampler(list(range(5)), shuffle=False)
 if list(s) != [[0, 2, 4], [1, 3, 0]][r] or len(s) != 3:

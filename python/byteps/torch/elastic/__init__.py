@@ -72,6 +72,10 @@ def _reset() -> None:
         C._counter = itertools.count(int(mine[0]) + 1)
 
 
+# The failures in a row, without a commit between them, after which run() re-raises.
+MAX_FAILURES_WITHOUT_PROGRESS = 5
+
+
 def run(func):
     """Decorates ``func(state, *args, **kwargs)`` for elastic training.
 
@@ -86,12 +90,21 @@ def run(func):
     def wrapper(state, *args, **kwargs):
         internal_error = C.internal_error_type()
         skip_sync = False
+        failures, commits_then = 0, None
         while True:
             try:
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
-            except internal_error:
+            except internal_error as e:
+                # Horovod's driver bounds the resets; byteps has none, so a failure that comes
+                # back MAX_FAILURES_WITHOUT_PROGRESS times with no commit in between is final.
+                commits = getattr(state, "commits", 0)
+                failures = failures + 1 if commits == commits_then else 1
+                commits_then = commits
+                if failures >= MAX_FAILURES_WITHOUT_PROGRESS:
+                    raise internal_error(f"hvd.elastic.run: {failures} failures in a row without a "
+                                         f"state.commit() in between; giving up: {e}") from e
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as interrupt:

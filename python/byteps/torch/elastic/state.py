@@ -38,6 +38,7 @@ class State:
 
     def commit(self) -> None:
         """Saves the state (the point :meth:`restore` returns to), then checks for host updates."""
+        self.commits = getattr(self, "commits", 0) + 1  # run() tells progress from a failure loop
         self.save()
         self.check_host_updates()
 

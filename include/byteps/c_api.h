@@ -15,7 +15,8 @@
 extern "C" {
 #endif
 
-/* Element types (BytePS/mshadow codes; bfloat16 is ours). */
+/* Element types (BytePS/mshadow codes; bfloat16, int16 and bool are ours). A bool is one byte, 0 or
+ * 1; bools can be gathered, broadcast and reduced by min, max and product, but not summed. */
 enum byteps_dtype {
   BYTEPS_FLOAT32 = 0,
   BYTEPS_FLOAT64 = 1,
@@ -25,6 +26,8 @@ enum byteps_dtype {
   BYTEPS_INT8 = 5,
   BYTEPS_INT64 = 6,
   BYTEPS_BFLOAT16 = 7,
+  BYTEPS_INT16 = 8,
+  BYTEPS_BOOL = 9,
 };
 
 enum byteps_status {
@@ -36,6 +39,17 @@ enum byteps_status {
   BYTEPS_ABORTED = 5,
   BYTEPS_PROTOCOL = 6,
   BYTEPS_INTERNAL = 7,
+  /* The workers disagree on a tensor (its size, dtype, reduction or declared attributes): the
+   * servers fail the operation on every worker alike, naming what differs and each one's value. */
+  BYTEPS_MISMATCH = 8,
+};
+/* Element-wise reductions (byteps_reduce_async_on). For bool: min and product are a logical and,
+ * max a logical or; a sum of bools is refused. Integers wrap like the sum. */
+enum byteps_reduce_op {
+  BYTEPS_OP_SUM = 0,
+  BYTEPS_OP_MIN = 1,
+  BYTEPS_OP_MAX = 2,
+  BYTEPS_OP_PRODUCT = 3,
 };
 
 typedef int64_t byteps_handle_t;
@@ -93,6 +107,16 @@ byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void
 byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, void* output, size_t bytes,
                                           int dtype, int average, int priority, int device_kind, int device_index,
                                           void* stream);
+/* byteps_push_pull_async_on with a reduction: `reduce_op` (enum byteps_reduce_op) combines the
+ * workers' tensors element by element, on the servers and within a host. average != 0 divides a
+ * sum by the number of workers (an error with any other op). `attrs` (NULL or "": none) is a list
+ * "key=value;key=value" of declaration attributes (e.g. "shape=2x3"), compared by the servers
+ * with every other worker's on the tensor's first use: a difference (as a different size, dtype or
+ * op) fails the operation on every worker with BYTEPS_MISMATCH, naming the attribute and each
+ * worker's value. A name keeps the op and attributes of its first use. Returns a handle or -1. */
+byteps_handle_t byteps_reduce_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
+                                       int reduce_op, int average, const char* attrs, int priority, int device_kind,
+                                       int device_index, void* stream);
 /* 1 when this build has the backend of `device_kind` (cpu and fake always; cuda when built with
  * the CUDA toolkit), else 0. */
 int byteps_device_built(int device_kind);
@@ -108,6 +132,10 @@ byteps_handle_t byteps_allgather_async(const char* name, const void* input, size
 byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, size_t slice_bytes, void* output,
                                           size_t total_bytes, size_t slice_offset, int dtype, int priority,
                                           int device_kind, int device_index, void* stream);
+/* byteps_allgather_async_on with declaration attributes (as byteps_reduce_async_on's `attrs`). */
+byteps_handle_t byteps_allgather_async_ex(const char* name, const void* input, size_t slice_bytes, void* output,
+                                          size_t total_bytes, size_t slice_offset, int dtype, int priority,
+                                          int device_kind, int device_index, void* stream, const char* attrs);
 /* Starts a broadcast of `bytes` bytes at `buffer` from root_rank to every worker, in place: an
  * allgather in which only the root has a slice (the servers forward its bytes; the others push
  * none). Returns a handle (> 0) or -1. */
@@ -116,6 +144,11 @@ byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t by
 /* byteps_broadcast_async for a tensor in a device's memory (as byteps_push_pull_async_on). */
 byteps_handle_t byteps_broadcast_async_on(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
                                           int priority, int device_kind, int device_index, void* stream);
+/* byteps_broadcast_async_on with declaration attributes (as byteps_reduce_async_on's `attrs`; e.g.
+ * "root=0", so that workers naming different roots fail alike with BYTEPS_MISMATCH). */
+byteps_handle_t byteps_broadcast_async_ex(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
+                                          int priority, int device_kind, int device_index, void* stream,
+                                          const char* attrs);
 /* 1 when done, 0 while running, -1 when the operation failed (see byteps_last_error). */
 int byteps_poll(byteps_handle_t handle);
 /* Waits up to timeout_s seconds (< 0: BYTEPS_TIMEOUT). 0 when done, -1 on failure or timeout. */

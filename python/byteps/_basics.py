@@ -262,24 +262,59 @@ def start(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dty
     return handles.add(handle, Pending(input_obj, output_obj, cname, meta, int(nbytes)))
 
 
+def start_reduce(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dtype: int, op: int,
+                 average: bool, priority: int, device: tuple[int, int, int] = (0, 0, 0), attrs: str = "",
+                 pending: Optional[Pending] = None) -> int:
+    """Starts an element-wise reduction in the core (``byteps_reduce_async_on``) and records what
+    must stay alive; returns the handle.
+
+    Args:
+        op: ``_core.OP_SUM``, ``OP_MIN``, ``OP_MAX`` or ``OP_PRODUCT`` (bool: min and product are
+            and, max is or; a sum of bools is a ValueError).
+        average: divide the sum by ``size()``; with another op a ValueError naming the tensor.
+        device: as in :func:`start`.
+        attrs: declaration attributes ``"key=value;key=value"`` the servers compare across
+            workers on the name's first use: a difference raises BytePSError (code MISMATCH)
+            on every worker, naming the attribute and each worker's value.
+        pending: what to keep alive until synchronized (its ``name`` and ``nbytes`` are set
+            here); None keeps nothing (the caller owns the buffers).
+    """
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    if not isinstance(attrs, str):
+        raise TypeError(f"attrs must be a str, got {type(attrs).__name__}")
+    cname = core_name(name)
+    kind, index, stream = device
+    handle = core().reduce_async(cname, input_ptr, output_ptr, int(nbytes), int(dtype), int(op), bool(average),
+                                 attrs, priority, kind, index, stream)
+    if pending is None:
+        pending = Pending(None, None, cname)
+    pending.name = cname
+    pending.nbytes = int(nbytes)
+    return handles.add(handle, pending)
+
+
 def start_allgather(name: Optional[str], input_ptr: int, slice_bytes: int, output_ptr: int, total_bytes: int,
                     slice_offset: int, dtype: int, priority: int, input_obj: Any, output_obj: Any,
-                    meta: Any = None, device: tuple[int, int, int] = (0, 0, 0)) -> int:
-    """Starts an allgather in the core (the servers concatenate: ``byteps_allgather_async``): this
+                    meta: Any = None, device: tuple[int, int, int] = (0, 0, 0), attrs: str = "") -> int:
+    """Starts an allgather in the core (the servers concatenate: ``byteps_allgather_async_ex``): this
     worker's ``slice_bytes`` at ``input_ptr`` land at ``slice_offset`` of ``total_bytes`` at
-    ``output_ptr`` on every worker, next to everyone else's; returns the handle."""
+    ``output_ptr`` on every worker, next to everyone else's; returns the handle.  ``attrs``: as in
+    :func:`start_reduce`."""
     cname = core_name(name)
     handle = core().allgather_async(cname, input_ptr, int(slice_bytes), output_ptr, int(total_bytes),
-                                    int(slice_offset), dtype, int(priority), *device)
+                                    int(slice_offset), dtype, int(priority), *device, attrs=attrs)
     return handles.add(handle, Pending(input_obj, output_obj, cname, meta, int(slice_bytes)))
 
 
 def start_broadcast(name: Optional[str], ptr: int, nbytes: int, dtype: int, root_rank: int, priority: int,
-                    obj: Any, meta: Any = None, device: tuple[int, int, int] = (0, 0, 0)) -> int:
+                    obj: Any, meta: Any = None, device: tuple[int, int, int] = (0, 0, 0), attrs: str = "") -> int:
     """Starts a broadcast in the core (the servers forward the root's bytes:
-    ``byteps_broadcast_async``), in place; returns the handle."""
+    ``byteps_broadcast_async_ex``), in place; returns the handle.  ``attrs``: as in
+    :func:`start_reduce` (e.g. ``"root=0"``: workers naming different roots all fail alike)."""
     cname = core_name(name)
-    handle = core().broadcast_async(cname, ptr, int(nbytes), dtype, int(root_rank), int(priority), *device)
+    handle = core().broadcast_async(cname, ptr, int(nbytes), dtype, int(root_rank), int(priority), *device,
+                                    attrs=attrs)
     return handles.add(handle, Pending(obj, obj, cname, meta, int(nbytes)))
 
 
@@ -306,9 +341,10 @@ def synchronize(handle: int, timeout: Optional[float] = None) -> Any:
 
     Raises:
         ValueError: unknown (or already synchronized) handle, or the core's error for an invalid
-            operation (e.g. workers disagreeing on a tensor's size).
-        byteps._core.BytePSError: the operation failed (e.g. a peer died) or timed out; after a
-            timeout the handle remains valid.
+            argument of this process's own (e.g. a sum of bools).
+        byteps._core.BytePSError: the operation failed (e.g. a peer died, or the workers disagree
+            on the tensor's size, dtype, op or attributes: every worker gets that alike) or timed
+            out; after a timeout the handle remains valid.
     """
     return wait(handle, timeout).output
 

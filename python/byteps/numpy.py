@@ -39,7 +39,7 @@ __all__ = [
 # numpy dtype name -> name of the core's dtype code constant.
 _CODES = {
     "float32": "FLOAT32", "float64": "FLOAT64", "float16": "FLOAT16", "uint8": "UINT8",
-    "int8": "INT8", "int32": "INT32", "int64": "INT64",
+    "int8": "INT8", "int32": "INT32", "int64": "INT64", "int16": "INT16", "bool": "BOOL",
 }
 # bfloat16 is not a NumPy dtype, but extension packages (ml_dtypes) register one.
 _BFLOAT16 = "bfloat16"

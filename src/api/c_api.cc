@@ -37,7 +37,7 @@ static_assert(SameCode(BYTEPS_OK, StatusCode::kOk) && SameCode(BYTEPS_INVALID_AR
                   SameCode(BYTEPS_UNAVAILABLE, StatusCode::kUnavailable) &&
                   SameCode(BYTEPS_DEADLINE_EXCEEDED, StatusCode::kDeadlineExceeded) &&
                   SameCode(BYTEPS_ABORTED, StatusCode::kAborted) && SameCode(BYTEPS_PROTOCOL, StatusCode::kProtocol) &&
-                  SameCode(BYTEPS_INTERNAL, StatusCode::kInternal),
+                  SameCode(BYTEPS_INTERNAL, StatusCode::kInternal) && SameCode(BYTEPS_MISMATCH, StatusCode::kMismatch),
               "enum byteps_status (include/byteps/c_api.h) must match byteps::StatusCode");
 static_assert(BYTEPS_DEVICE_CPU == static_cast<int>(byteps::device::Kind::kCpu) &&
                   BYTEPS_DEVICE_CUDA == static_cast<int>(byteps::device::Kind::kCuda) &&

@@ -1,5 +1,5 @@
-// The C API's operations: push_pull, allgather, broadcast (each also on a device), the
-// push_pull speed and the handles. The engine and the last error come from c_api.cc
+// The C API's operations: push_pull and the other reductions, allgather, broadcast (each also on a
+// device), the push_pull speed and the handles. The engine and the last error come from c_api.cc
 // (c_api_state.h).
 #include <fmt/format.h>
 
@@ -13,6 +13,23 @@
 
 namespace byteps::api {
 namespace {
+
+static_assert(BYTEPS_INT16 == static_cast<int>(DataType::kInt16) && BYTEPS_BOOL == static_cast<int>(DataType::kBool) &&
+                  BYTEPS_BFLOAT16 == static_cast<int>(DataType::kBFloat16),
+              "enum byteps_dtype (include/byteps/c_api.h) must match byteps::DataType");
+
+// The worker's op of a byteps_reduce_op code.
+StatusOr<worker::ReduceOp> ReduceOpOf(const char* name, int reduce_op) {
+  switch (reduce_op) {
+    case BYTEPS_OP_SUM: return worker::ReduceOp::kSum;
+    case BYTEPS_OP_MIN: return worker::ReduceOp::kMin;
+    case BYTEPS_OP_MAX: return worker::ReduceOp::kMax;
+    case BYTEPS_OP_PRODUCT: return worker::ReduceOp::kProduct;
+    default: break;
+  }
+  return InvalidArgument(fmt::format("reduce of '{}': unknown reduce op {} (0 sum, 1 min, 2 max, 3 product)",
+                                     name ? name : "(null)", reduce_op));
+}
 
 // A request for `what` ("push_pull", "allgather") of `name`, its output and dtype checked.
 StatusOr<worker::TensorRequest> RequestFor(const char* what, const char* name, void* output, size_t bytes, int dtype,
@@ -66,13 +83,24 @@ byteps_handle_t byteps_push_pull_async(const char* name, const void* input, void
 byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
                                           int average, int priority, int device_kind, int device_index,
                                           void* stream) {
+  return byteps_reduce_async_on(name, input, output, bytes, dtype, BYTEPS_OP_SUM, average, nullptr, priority,
+                                device_kind, device_index, stream);
+}
+
+byteps_handle_t byteps_reduce_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
+                                       int reduce_op, int average, const char* attrs, int priority, int device_kind,
+                                       int device_index, void* stream) {
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
+  auto op = byteps::api::ReduceOpOf(name, reduce_op);
+  if (!op.ok()) return SetError(op.status());
   auto r = RequestFor("push_pull", name, output, bytes, dtype, priority, device_kind, device_index, stream);
   if (!r.ok()) return SetError(r.status());
   r->input = input;
   r->average = average != 0;
+  r->op = *op;
+  r->attrs = attrs != nullptr ? attrs : "";
   return Start(*e, *r);
 }
 
@@ -97,6 +125,13 @@ byteps_handle_t byteps_allgather_async(const char* name, const void* input, size
 byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, size_t slice_bytes, void* output,
                                           size_t total_bytes, size_t slice_offset, int dtype, int priority,
                                           int device_kind, int device_index, void* stream) {
+  return byteps_allgather_async_ex(name, input, slice_bytes, output, total_bytes, slice_offset, dtype, priority,
+                                   device_kind, device_index, stream, nullptr);
+}
+
+byteps_handle_t byteps_allgather_async_ex(const char* name, const void* input, size_t slice_bytes, void* output,
+                                          size_t total_bytes, size_t slice_offset, int dtype, int priority,
+                                          int device_kind, int device_index, void* stream, const char* attrs) {
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
@@ -115,7 +150,7 @@ byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, s
           r->name, e->local_size())));
     }
     // A host's processes reduce locally by summing: the slice goes into a zeroed output, whose sum
-    // over all workers is the concatenation (x + 0, exact).
+    // over all workers is the concatenation (x + 0, exact; bools, which are not summed: x or 0).
     auto* out = static_cast<uint8_t*>(output);
     if (out != nullptr) {
       if (slice_bytes > 0 && input != nullptr && input != out + slice_offset) {
@@ -124,9 +159,12 @@ byteps_handle_t byteps_allgather_async_on(const char* name, const void* input, s
       std::memset(out, 0, slice_offset);
       std::memset(out + slice_offset + slice_bytes, 0, total_bytes - slice_offset - slice_bytes);
     }
-    return byteps_push_pull_async(name, output, output, total_bytes, dtype, /*average=*/0, priority);
+    return byteps_reduce_async_on(name, output, output, total_bytes, dtype,
+                                  dtype == BYTEPS_BOOL ? BYTEPS_OP_MAX : BYTEPS_OP_SUM, /*average=*/0, attrs, priority,
+                                  BYTEPS_DEVICE_CPU, 0, nullptr);
   }
   r->input = input;
+  r->attrs = attrs != nullptr ? attrs : "";
   r->op = byteps::worker::ReduceOp::kConcat;
   r->slice_offset = slice_offset;
   r->slice_bytes = slice_bytes;
@@ -140,6 +178,13 @@ byteps_handle_t byteps_broadcast_async(const char* name, void* buffer, size_t by
 
 byteps_handle_t byteps_broadcast_async_on(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
                                           int priority, int device_kind, int device_index, void* stream) {
+  return byteps_broadcast_async_ex(name, buffer, bytes, dtype, root_rank, priority, device_kind, device_index, stream,
+                                   nullptr);
+}
+
+byteps_handle_t byteps_broadcast_async_ex(const char* name, void* buffer, size_t bytes, int dtype, int root_rank,
+                                          int priority, int device_kind, int device_index, void* stream,
+                                          const char* attrs) {
   ClearError();
   auto e = GetEngine();
   if (!e) return -1;
@@ -149,8 +194,8 @@ byteps_handle_t byteps_broadcast_async_on(const char* name, void* buffer, size_t
   }
   // The servers forward the root's bytes: a concatenation in which only the root has a slice.
   const bool root = e->rank() == root_rank;
-  return byteps_allgather_async_on(name, buffer, root ? bytes : 0, buffer, bytes, 0, dtype, priority, device_kind,
-                                   device_index, stream);
+  return byteps_allgather_async_ex(name, buffer, root ? bytes : 0, buffer, bytes, 0, dtype, priority, device_kind,
+                                   device_index, stream, attrs);
 }
 
 int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s) {

@@ -1,7 +1,8 @@
 // byteps._core: the pybind11 module over the C API. Plugins (byteps.numpy, byteps.torch) pass raw
 // data pointers, sizes and dtype codes, so one build works with any framework version. Errors
-// become byteps._core.BytePSError (a RuntimeError) or ValueError for invalid arguments, carrying
-// the core's message.
+// become byteps._core.BytePSError (a RuntimeError) or ValueError for invalid arguments (this
+// process's own), carrying the core's message. The workers disagreeing on a tensor
+// (BYTEPS_MISMATCH) is a BytePSError: every worker gets it alike, whatever its own arguments.
 #include <pybind11/pybind11.h>
 
 #include <string>
@@ -89,6 +90,26 @@ PYBIND11_MODULE(_core, m) {
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"),
       py::arg("average"), py::arg("priority") = 0, py::arg("device_kind") = 0, py::arg("device_index") = 0,
       py::arg("stream") = 0);
+  m.def(
+      "reduce_async",
+      [](const std::string& name, uintptr_t input, uintptr_t output, size_t nbytes, int dtype, int op, bool average,
+         const std::string& attrs, int priority, int device_kind, int device_index, uintptr_t stream) {
+        byteps_handle_t h = NoGil([&] {
+          return byteps_reduce_async_on(name.c_str(), reinterpret_cast<const void*>(input),
+                                        reinterpret_cast<void*>(output), nbytes, dtype, op, average ? 1 : 0,
+                                        attrs.c_str(), priority, device_kind, device_index,
+                                        reinterpret_cast<void*>(stream));
+        });
+        if (h < 0) Raise();
+        return h;
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("nbytes"), py::arg("dtype"), py::arg("op"),
+      py::arg("average"), py::arg("attrs") = "", py::arg("priority") = 0, py::arg("device_kind") = 0,
+      py::arg("device_index") = 0, py::arg("stream") = 0);
+  m.attr("OP_SUM") = static_cast<int>(BYTEPS_OP_SUM);
+  m.attr("OP_MIN") = static_cast<int>(BYTEPS_OP_MIN);
+  m.attr("OP_MAX") = static_cast<int>(BYTEPS_OP_MAX);
+  m.attr("OP_PRODUCT") = static_cast<int>(BYTEPS_OP_PRODUCT);
   m.def("device_built", [](int kind) { return byteps_device_built(kind) != 0; });
   m.attr("DEVICE_CPU") = static_cast<int>(BYTEPS_DEVICE_CPU);
   m.attr("DEVICE_CUDA") = static_cast<int>(BYTEPS_DEVICE_CUDA);
@@ -96,31 +117,34 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "allgather_async",
       [](const std::string& name, uintptr_t input, size_t slice_bytes, uintptr_t output, size_t total_bytes,
-         size_t slice_offset, int dtype, int priority, int device_kind, int device_index, uintptr_t stream) {
+         size_t slice_offset, int dtype, int priority, int device_kind, int device_index, uintptr_t stream,
+         const std::string& attrs) {
         byteps_handle_t h = NoGil([&] {
-          return byteps_allgather_async_on(name.c_str(), reinterpret_cast<const void*>(input), slice_bytes,
+          return byteps_allgather_async_ex(name.c_str(), reinterpret_cast<const void*>(input), slice_bytes,
                                            reinterpret_cast<void*>(output), total_bytes, slice_offset, dtype, priority,
-                                           device_kind, device_index, reinterpret_cast<void*>(stream));
+                                           device_kind, device_index, reinterpret_cast<void*>(stream), attrs.c_str());
         });
         if (h < 0) Raise();
         return h;
       },
       py::arg("name"), py::arg("input"), py::arg("slice_bytes"), py::arg("output"), py::arg("total_bytes"),
       py::arg("slice_offset"), py::arg("dtype"), py::arg("priority") = 0, py::arg("device_kind") = 0,
-      py::arg("device_index") = 0, py::arg("stream") = 0);
+      py::arg("device_index") = 0, py::arg("stream") = 0, py::arg("attrs") = "");
   m.def(
       "broadcast_async",
       [](const std::string& name, uintptr_t buffer, size_t nbytes, int dtype, int root_rank, int priority,
-         int device_kind, int device_index, uintptr_t stream) {
+         int device_kind, int device_index, uintptr_t stream, const std::string& attrs) {
         byteps_handle_t h = NoGil([&] {
-          return byteps_broadcast_async_on(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype, root_rank,
-                                           priority, device_kind, device_index, reinterpret_cast<void*>(stream));
+          return byteps_broadcast_async_ex(name.c_str(), reinterpret_cast<void*>(buffer), nbytes, dtype, root_rank,
+                                           priority, device_kind, device_index, reinterpret_cast<void*>(stream),
+                                           attrs.c_str());
         });
         if (h < 0) Raise();
         return h;
       },
       py::arg("name"), py::arg("buffer"), py::arg("nbytes"), py::arg("dtype"), py::arg("root_rank"),
-      py::arg("priority") = 0, py::arg("device_kind") = 0, py::arg("device_index") = 0, py::arg("stream") = 0);
+      py::arg("priority") = 0, py::arg("device_kind") = 0, py::arg("device_index") = 0, py::arg("stream") = 0,
+      py::arg("attrs") = "");
   m.def("poll", [](int64_t h) { return Check(NoGil([&] { return byteps_poll(h); })) == 1; }, py::arg("handle"));
   m.def(
       "wait",
@@ -138,4 +162,9 @@ PYBIND11_MODULE(_core, m) {
   m.attr("INT8") = static_cast<int>(BYTEPS_INT8);
   m.attr("INT64") = static_cast<int>(BYTEPS_INT64);
   m.attr("BFLOAT16") = static_cast<int>(BYTEPS_BFLOAT16);
+  m.attr("INT16") = static_cast<int>(BYTEPS_INT16);
+  m.attr("BOOL") = static_cast<int>(BYTEPS_BOOL);
+
+  m.attr("INVALID_ARGUMENT") = static_cast<int>(BYTEPS_INVALID_ARGUMENT);
+  m.attr("MISMATCH") = static_cast<int>(BYTEPS_MISMATCH);
 }

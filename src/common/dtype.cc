@@ -12,6 +12,8 @@ size_t DataTypeSize(DataType t) {
     case DataType::kInt8: return 1;
     case DataType::kInt64: return 8;
     case DataType::kBFloat16: return 2;
+    case DataType::kInt16: return 2;
+    case DataType::kBool: return 1;
   }
   return 0;
 }
@@ -26,6 +28,8 @@ const char* DataTypeName(DataType t) {
     case DataType::kInt8: return "int8";
     case DataType::kInt64: return "int64";
     case DataType::kBFloat16: return "bfloat16";
+    case DataType::kInt16: return "int16";
+    case DataType::kBool: return "bool";
   }
   return "unknown";
 }
@@ -44,6 +48,8 @@ std::optional<DataType> DataTypeFromName(std::string_view n) {
   if (n == "int8") return DataType::kInt8;
   if (n == "int32" || n == "int") return DataType::kInt32;
   if (n == "int64" || n == "long") return DataType::kInt64;
+  if (n == "int16" || n == "short") return DataType::kInt16;
+  if (n == "bool") return DataType::kBool;
   return std::nullopt;
 }
 

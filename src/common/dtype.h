@@ -1,5 +1,7 @@
-// Element types byteps can sum. Codes follow BytePS/mshadow order so that
-// the C API and the original's plugins agree; bfloat16 is our addition.
+// Element types byteps can reduce. Codes follow BytePS/mshadow order so that
+// the C API and the original's plugins agree; bfloat16, int16 and bool are our additions.
+// bool is one byte holding 0 or 1 (as numpy and torch store it): it can be gathered, broadcast
+// and reduced by min (and), max (or) and product (and), but not summed.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +20,11 @@ enum class DataType : uint8_t {
   kInt8 = 5,
   kInt64 = 6,
   kBFloat16 = 7,
+  kInt16 = 8,
+  kBool = 9,
 };
 
-inline constexpr int kNumDataTypes = 8;
+inline constexpr int kNumDataTypes = 10;
 
 // Bytes per element; 0 for an unknown code.
 size_t DataTypeSize(DataType t);
@@ -28,7 +32,7 @@ size_t DataTypeSize(DataType t);
 const char* DataTypeName(DataType t);
 // Validates a raw code read from the wire or the C API.
 std::optional<DataType> DataTypeFromCode(int code);
-// Parses names as NumPy/torch print them ("float32", "half", "bfloat16", "int64", ...).
+// Parses names as NumPy/torch print them ("float32", "half", "bfloat16", "int64", "int16", "bool", ...).
 std::optional<DataType> DataTypeFromName(std::string_view name);
 bool IsFloating(DataType t);
 

@@ -81,10 +81,18 @@ void SumBFloat16Scalar(char* d, const char* s, size_t n) {
   }
 }
 
+// bool: a logical or (0/1 in, 0/1 out). The plugins refuse to sum bools (torch would count
+// them), but an allgather on a host with several processes reduces zero-padded outputs, and
+// there the or is the concatenation.
+void SumBoolScalar(char* d, const char* s, size_t n) {
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<char>((d[i] != 0) | (s[i] != 0));
+}
+
 // Indexed by the DataType code (see common/dtype.h).
 constexpr SumFn kScalarKernels[kNumDataTypes] = {
-    SumScalar<float>,   SumScalar<double>, SumHalfScalar,    SumScalar<uint8_t>,
+    SumScalar<float>,   SumScalar<double>, SumHalfScalar,      SumScalar<uint8_t>,
     SumScalar<int32_t>, SumScalar<int8_t>, SumScalar<int64_t>, SumBFloat16Scalar,
+    SumScalar<int16_t>, SumBoolScalar,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -113,6 +121,8 @@ struct PlainOp {
       __m256i r;
       if constexpr (sizeof(T) == 1) {
         r = _mm256_add_epi8(a, b);
+      } else if constexpr (sizeof(T) == 2) {
+        r = _mm256_add_epi16(a, b);
       } else if constexpr (sizeof(T) == 4) {
         r = _mm256_add_epi32(a, b);
       } else {
@@ -224,7 +234,8 @@ BYTEPS_TARGET_AVX2 void SumAvx2(char* d, const char* s, size_t n) {
 constexpr SumFn kAvx2Kernels[kNumDataTypes] = {
     SumAvx2<PlainOp<float>>,   SumAvx2<PlainOp<double>>, SumAvx2<HalfOp>,
     SumAvx2<PlainOp<uint8_t>>, SumAvx2<PlainOp<int32_t>>, SumAvx2<PlainOp<int8_t>>,
-    SumAvx2<PlainOp<int64_t>>, SumAvx2<BFloat16Op>,
+    SumAvx2<PlainOp<int64_t>>, SumAvx2<BFloat16Op>,       SumAvx2<PlainOp<int16_t>>,
+    SumBoolScalar,  // rare (zero-padded allgathers of bools): the scalar or is enough
 };
 
 bool CpuHasAvx2() {

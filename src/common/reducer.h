@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "common/dtype.h"
 
@@ -36,5 +37,29 @@ bool ReducerImplAvailable(ReducerImpl impl);
 
 // "auto", "scalar", "avx2".
 const char* ReducerImplName(ReducerImpl impl);
+
+// What a reduction does with the elements of two arrays (a server key's policy, the local reduce).
+enum class ReduceKind : uint8_t {
+  kSum = 0,      // SumInto
+  kMin = 1,      // the smaller; bool: and
+  kMax = 2,      // the larger; bool: or
+  kProduct = 3,  // integers wrap like the sum; bool: and
+};
+
+// "sum", "min", "max", "product".
+const char* ReduceKindName(ReduceKind kind);
+
+// dst[i] = kind(dst[i], src[i]) for i < count elements of dtype (same aliasing rules as SumInto;
+// kSum is SumInto). float16/bfloat16 are computed in float32 and rounded once to nearest even
+// (min/max return one of the inputs bit for bit; a product of two halves is exact in float32, so
+// its one rounding is the correctly rounded product). Floating min/max propagate NaN like
+// torch.minimum/maximum (either input NaN: NaN); on equal values (+0 and -0) dst is kept.
+// bool bytes are read as false (0) or true (anything else) and written as 0 or 1.
+// Precondition (checked): dtype is a valid DataType.
+void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceKind kind);
+
+// Same with an explicit implementation, for tests and benchmarks (min/max/product have one
+// portable implementation: every impl runs it). Precondition (checked): ReducerImplAvailable(impl).
+void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceKind kind, ReducerImpl impl);
 
 }  // namespace byteps

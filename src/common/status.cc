@@ -12,6 +12,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kAborted: return "ABORTED";
     case StatusCode::kProtocol: return "PROTOCOL";
     case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kMismatch: return "MISMATCH";
     case StatusCode::kInProgress: return "IN_PROGRESS";
   }
   return "UNKNOWN";

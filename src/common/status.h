@@ -19,7 +19,9 @@ enum class StatusCode : int {
   kAborted = 5,           // the job is being torn down (node failure, shutdown)
   kProtocol = 6,          // malformed bytes from a peer
   kInternal = 7,          // our own invariant broke
-  kInProgress = 8,        // a handle's work is not finished yet
+  kMismatch = 8,          // the workers disagree on a tensor (size, dtype, op, attributes): every one of
+                          // them gets this error alike, from the servers
+  kInProgress = 9,        // a handle's work is not finished yet (never on the wire or the C ABI)
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -51,6 +53,7 @@ inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExc
 inline Status Aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
 inline Status ProtocolError(std::string m) { return {StatusCode::kProtocol, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Mismatch(std::string m) { return {StatusCode::kMismatch, std::move(m)}; }
 
 // Holds either a value or a non-OK Status.
 template <typename T>

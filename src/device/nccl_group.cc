@@ -114,6 +114,9 @@ StatusOr<ncclDataType_t> NcclType(DataType dt) {
     case DataType::kInt64: return ncclInt64;
     case DataType::kInt8: return ncclInt8;
     case DataType::kUint8: return ncclUint8;
+    case DataType::kInt16:  // NCCL has no 16-bit integers
+    case DataType::kBool:   // a device group sums, and bools are not summed
+      break;
   }
   return InvalidArgument(fmt::format("NCCL has no {}", DataTypeName(dt)));
 }

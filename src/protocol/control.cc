@@ -174,7 +174,7 @@ std::string Encode(const NodeFailedNotice& m) {
 
 std::string Encode(const KeyInit& m) {
   return Dump(json{{"name", m.name}, {"bytes", m.bytes}, {"dtype", m.dtype}, {"tensor_bytes", m.tensor_bytes},
-                    {"op", m.op}});
+                    {"op", m.op}, {"attrs", m.attrs}});
 }
 
 StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
@@ -202,11 +202,12 @@ StatusOr<NodeFailedNotice> DecodeNodeFailedNotice(const std::string& payload) {
 StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
   auto m = Decode<KeyInit>(payload, "InitKey", [](Fields& f, KeyInit& m) {
     f.String("name", &m.name).Int("bytes", &m.bytes).Int("dtype", &m.dtype).Int("tensor_bytes", &m.tensor_bytes)
-        .OptionalString("op", &m.op);  // absent: a sum
+        .OptionalString("op", &m.op)         // absent: a sum
+        .OptionalString("attrs", &m.attrs);  // absent: none
   });
-  if (m.ok() && m->op != kOpSum && m->op != kOpConcat) {
-    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected '{}' or '{}')", m->name, m->op,
-                                     kOpSum, kOpConcat));
+  if (m.ok() && m->op != kOpConcat && !ReduceKindOfOp(m->op)) {
+    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected one of {}, {}, {}, {}, {})",
+                                     m->name, m->op, kOpSum, kOpMin, kOpMax, kOpProduct, kOpConcat));
   }
   return m;
 }
@@ -250,6 +251,40 @@ StatusOr<NameReply> DecodeNameReply(const std::string& payload) {
         .Int("declared_key", &p.declared_key).Bool("sized", &p.sized).Int("bytes", &p.bytes).Int("dtype", &p.dtype)
         .Partitions("partitions", &p.partitions);
   });
+}
+
+std::optional<ReduceKind> ReduceKindOfOp(const std::string& op) {
+  if (op == kOpSum) return ReduceKind::kSum;
+  if (op == kOpMin) return ReduceKind::kMin;
+  if (op == kOpMax) return ReduceKind::kMax;
+  if (op == kOpProduct) return ReduceKind::kProduct;
+  return std::nullopt;
+}
+
+const char* OpOfReduceKind(ReduceKind kind) {
+  switch (kind) {
+    case ReduceKind::kSum: return kOpSum;
+    case ReduceKind::kMin: return kOpMin;
+    case ReduceKind::kMax: return kOpMax;
+    case ReduceKind::kProduct: return kOpProduct;
+  }
+  return kOpSum;
+}
+
+std::vector<std::pair<std::string, std::string>> ParseAttrs(const std::string& attrs) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t start = 0;
+  while (start <= attrs.size()) {
+    size_t end = attrs.find(';', start);
+    if (end == std::string::npos) end = attrs.size();
+    const std::string item = attrs.substr(start, end - start);
+    if (!item.empty()) {
+      const size_t eq = item.find('=');
+      out.emplace_back(item.substr(0, eq), eq == std::string::npos ? "" : item.substr(eq + 1));
+    }
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace byteps::protocol

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/reducer.h"
 #include "common/status.h"
 
 namespace byteps::protocol {
@@ -48,10 +51,19 @@ struct NodeFailedNotice {
   std::string reason;  // "connection lost", "no heartbeat for 15 s", ...
 };
 
-// What a server does with the pushes of a key's round.
+// What a server does with the pushes of a key's round (the key's policy).
 inline constexpr const char* kOpSum = "sum";        // adds them; every push carries the whole partition
+inline constexpr const char* kOpMin = "min";        // element-wise minimum (bool: and), whole partitions
+inline constexpr const char* kOpMax = "max";        // element-wise maximum (bool: or), whole partitions
+inline constexpr const char* kOpProduct = "prod";   // element-wise product (bool: and), whole partitions
 inline constexpr const char* kOpConcat = "concat";  // places each at its offset (the push's header arg):
                                                     // allgather, and broadcast (only the root pushes bytes)
+
+// The element-wise reduction of op kOpSum/kOpMin/kOpMax/kOpProduct; nullopt for kOpConcat or an
+// unknown op.
+std::optional<ReduceKind> ReduceKindOfOp(const std::string& op);
+// The op string of a reduction.
+const char* OpOfReduceKind(ReduceKind kind);
 
 // kInitKey payload: the tensor a partition belongs to, so servers can name it in errors, and
 // what the server does with its pushes.
@@ -60,7 +72,11 @@ struct KeyInit {
   uint64_t bytes = 0;      // bytes of this partition
   int dtype = 0;
   uint64_t tensor_bytes = 0;
-  std::string op = kOpSum;  // kOpSum or kOpConcat
+  std::string op = kOpSum;  // one of the kOp* above
+  // Declaration attributes the servers compare across workers, "key=value" pairs joined by ';'
+  // (e.g. "shape=2x3;root=1"), chosen by the plugin; "" for none. Workers that declare a key with
+  // different attributes all get a kMismatch error naming each attribute that differs.
+  std::string attrs{};
 };
 
 // The name service (name_planner.h): kNameRequest asks the scheduler for the plan of one
@@ -102,6 +118,9 @@ struct NameReply {
   uint64_t error_code = 0;  // its StatusCode
   NamePlan plan;
 };
+
+// Parses "k1=v1;k2=v2" (empty items skipped; an item without '=' is a key with value ""), in order.
+std::vector<std::pair<std::string, std::string>> ParseAttrs(const std::string& attrs);
 
 std::string Encode(const RegisterRequest& m);
 std::string Encode(const RegisterReply& m);

@@ -21,6 +21,7 @@ StatusCode StatusCodeFromWire(uint32_t arg) {
     case StatusCode::kAborted:
     case StatusCode::kProtocol:
     case StatusCode::kInternal:
+    case StatusCode::kMismatch:
       return code;
     case StatusCode::kOk:
     case StatusCode::kInProgress:

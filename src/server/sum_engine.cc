@@ -1,9 +1,11 @@
 #include "server/sum_engine.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <pthread.h>
 
 #include "common/logging.h"
@@ -117,35 +119,65 @@ void SumEngine::HandleInit(InitTask& t) {
   if (!ks.initialized) {
     ks.initialized = true;
     ks.init = t.init;
+    ks.kind = protocol::ReduceKindOfOp(t.init.op).value_or(ReduceKind::kSum);
     ks.init_worker = t.worker;
     return;
   }
-  if (ks.init.name == t.init.name && ks.init.bytes == t.init.bytes && ks.init.dtype == t.init.dtype &&
-      ks.init.tensor_bytes == t.init.tensor_bytes && ks.init.op == t.init.op) {
-    return;
-  }
-  std::string msg;
-  if (ks.init.name == t.init.name && ks.init.op != t.init.op) {
-    msg = fmt::format("tensor '{}' (key {}) is a {} on worker {} but a {} on worker {} (use one name per operation)",
-                      t.init.name, t.key, ks.init.op, ks.init_worker, t.init.op, t.worker);
-  } else if (ks.init.name != t.init.name) {
-    msg = fmt::format("declaration mismatch for key {}: worker {} declared tensor '{}' but worker {} declared "
-                      "'{}' in the same position (tensors must be declared in the same order on every worker)",
-                      t.key, ks.init_worker, ks.init.name, t.worker, t.init.name);
-  } else {
-    msg = fmt::format("tensor '{}' (key {}) has {} bytes of {} on worker {} but {} bytes of {} on worker {}",
-                      t.init.name, t.key, ks.init.tensor_bytes, DescribeDecl(ks.init).substr(DescribeDecl(ks.init).find("of ") + 3),
-                      ks.init_worker, t.init.tensor_bytes,
-                      DescribeDecl(t.init).substr(DescribeDecl(t.init).find("of ") + 3), t.worker);
-  }
+  const std::string msg = DescribeMismatch(ks, t.key, t.init, t.worker);
+  if (msg.empty()) return;
   BYTEPS_LOG(Error, "{}", msg);
-  if (ks.error.ok()) ks.error = InvalidArgument(msg);
+  if (ks.error.ok()) ks.error = Mismatch(msg);
   // Everyone who is waiting on this key gets the error, and so does the worker that sent it.
   for (const Waiter& w : ks.waiters) ReplyError(w.conn, t.key, w.request_id, ks.error);
   ks.waiters.clear();
   ks.accum.reset();
   ks.pushed = 0;
   ReplyError(t.conn, t.key, 0, ks.error);
+}
+
+std::string SumEngine::DescribeMismatch(const KeyState& ks, uint64_t key, const protocol::KeyInit& b, int worker_b) {
+  const protocol::KeyInit& a = ks.init;
+  const int worker_a = ks.init_worker;
+  if (a.name != b.name) {
+    return fmt::format("declaration mismatch for key {}: worker {} declared tensor '{}' but worker {} declared "
+                       "'{}' in the same position (tensors must be declared in the same order on every worker)",
+                       key, worker_a, a.name, worker_b, b.name);
+  }
+  if (a.op != b.op) {
+    return fmt::format("tensor '{}' (key {}) is a {} on worker {} but a {} on worker {} (use one name per operation)",
+                       b.name, key, a.op, worker_a, b.op, worker_b);
+  }
+  if (a.bytes != b.bytes || a.dtype != b.dtype || a.tensor_bytes != b.tensor_bytes) {
+    const auto type = [](int code) {
+      auto dt = DataTypeFromCode(code);
+      return dt ? std::string(DataTypeName(*dt)) : fmt::format("unknown dtype {}", code);
+    };
+    return fmt::format("tensor '{}' (key {}) has {} bytes of {} on worker {} but {} bytes of {} on worker {}", b.name,
+                       key, a.tensor_bytes, type(a.dtype), worker_a, b.tensor_bytes, type(b.dtype), worker_b);
+  }
+  if (a.attrs == b.attrs) return "";
+  // Each attribute whose value differs (or that only one side has), in the first declaration's order.
+  const auto pa = protocol::ParseAttrs(a.attrs), pb = protocol::ParseAttrs(b.attrs);
+  const auto find = [](const auto& list, const std::string& k) -> std::optional<std::string> {
+    for (const auto& [key, value] : list)
+      if (key == k) return value;
+    return std::nullopt;
+  };
+  std::vector<std::string> diffs;
+  const auto compare = [&](const std::string& k) {
+    auto va = find(pa, k), vb = find(pb, k);
+    if (va == vb) return;
+    diffs.push_back(fmt::format("{} is {} on worker {} but {} on worker {}", k, va ? *va : "unset", worker_a,
+                                vb ? *vb : "unset", worker_b));
+  };
+  for (const auto& [k, v] : pa) compare(k);
+  for (const auto& [k, v] : pb)
+    if (!find(pa, k)) compare(k);
+  if (diffs.empty()) {  // the same pairs, written differently (order, repeats)
+    diffs.push_back(fmt::format("attributes are '{}' on worker {} but '{}' on worker {}", a.attrs, worker_a, b.attrs,
+                                worker_b));
+  }
+  return fmt::format("tensor '{}' (key {}, a {}): {}", b.name, key, b.op, fmt::join(diffs, "; "));
 }
 
 void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
@@ -242,7 +274,7 @@ void SumEngine::HandlePush(PushTask& t) {
     ks.accum = std::move(t.data);  // the first push's buffer becomes the accumulator: no copy
   } else {
     auto dt = DataTypeFromCode(ks.init.dtype);
-    SumInto(ks.accum.get(), t.data.get(), ks.init.bytes / DataTypeSize(*dt), *dt);
+    ReduceInto(ks.accum.get(), t.data.get(), ks.init.bytes / DataTypeSize(*dt), *dt, ks.kind);
     t.data.reset();
   }
   ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker, t.generation});

@@ -1,8 +1,10 @@
 // One summation shard: a thread that owns a set of keys outright (no per-key locks). Per key and
 // round it accumulates the pushes of all workers, then answers every waiting push-pull with the
 // round's sum from a completed-round buffer, while the next round accumulates in a fresh buffer.
-// A key declared with op "concat" (allgather, broadcast) places each push at its offset instead
-// of adding it: each worker pushes only its part of the partition (possibly nothing).
+// A key's declared op is its policy: "sum", "min", "max" or "prod" reduce whole partitions element
+// by element; "concat" (allgather, broadcast) places each push at its offset instead: each worker
+// pushes only its part of the partition (possibly nothing). Workers that declare a key
+// differently (name, size, dtype, op or attributes) all get a kMismatch error naming what differs.
 // A push is identified by (worker, key, round): a duplicate never counts twice.
 // Threading: Post* from any thread; everything else on the shard's own thread.
 #pragma once
@@ -92,6 +94,7 @@ class SumEngine {
   struct KeyState {
     bool initialized = false;
     protocol::KeyInit init;
+    ReduceKind kind = ReduceKind::kSum;  // init.op's reduction (not used by concat keys)
     int init_worker = -1;
     Status error;  // not OK: the key is poisoned (declaration mismatch)
     uint32_t completed_round = 0;
@@ -115,6 +118,8 @@ class SumEngine {
   bool MaybeFree(uint64_t key);
   // The error for `worker` pushing `round` of a key that `releaser` released after an earlier round.
   static Status PastRelease(const KeyState& ks, uint64_t key, int worker, uint32_t round, int releaser);
+  // Why `b` (from worker_b) differs from the key's first declaration, or "" when it does not.
+  static std::string DescribeMismatch(const KeyState& ks, uint64_t key, const protocol::KeyInit& b, int worker_b);
   // The error for `worker` needing `round` of `key`, which `gone` (a worker that left) never pushed.
   static Status UnevenEnd(const KeyState& ks, uint64_t key, int worker, uint32_t round, int gone);
   static void ReplyFatal(const std::shared_ptr<transport::Connection>& conn, uint64_t key, uint64_t request_id,

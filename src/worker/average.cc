@@ -47,6 +47,8 @@ void DivideInPlace(void* data, size_t count, DataType dtype, int divisor) {
     case DataType::kInt64: DivInt<int64_t>(data, count, divisor); break;
     case DataType::kInt8: DivInt<int8_t>(data, count, divisor); break;
     case DataType::kUint8: DivInt<uint8_t>(data, count, divisor); break;
+    case DataType::kInt16: DivInt<int16_t>(data, count, divisor); break;
+    case DataType::kBool: break;  // never: the engine refuses to sum (so to average) bools
   }
 }
 

@@ -196,6 +196,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
                                        r.bytes, DataTypeName(r.dtype)));
   }
   if (r.op == ReduceOp::kConcat) BYTEPS_RETURN_IF_ERROR(CheckConcat(r));
+  else BYTEPS_RETURN_IF_ERROR(CheckReduction(r));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return Precondition("byteps has been shut down; call init() again");
@@ -227,7 +228,8 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   planning::Signature sig;
   sig.bytes = r.bytes;
   sig.dtype = r.dtype;
-  sig.op = r.op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::kOpSum;
+  sig.op = r.op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::OpOfReduceKind(ReduceKindOf(r.op));
+  sig.attrs = r.attrs;  // another op or attribute set is another incarnation: a new declaration, compared anew
   auto begun = assigner_->Begin(r.name, sig);
   if (!begun.ok()) return begun.status().WithContext(fmt::format("push_pull of '{}'", r.name));
   ReleaseRetired(begun->retired);
@@ -245,6 +247,24 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   HandleId id = handles_->Add(op);
   loop_->Submit(std::move(op));
   return id;
+}
+
+Status Engine::CheckReduction(const TensorRequest& r) const {
+  if (r.op == ReduceOp::kSum && r.dtype == DataType::kBool) {
+    return InvalidArgument(fmt::format("push_pull of '{}': bool tensors cannot be summed (use min, max or product, "
+                                       "or convert to an integer dtype)",
+                                       r.name));
+  }
+  if (r.average && r.op != ReduceOp::kSum) {
+    return InvalidArgument(fmt::format("push_pull of '{}': average applies to a sum only, not to a {}", r.name,
+                                       ReduceOpName(r.op)));
+  }
+  if (r.op != ReduceOp::kSum && local_ && !r.device.on_host()) {
+    return Precondition(fmt::format("push_pull of '{}': a {} of a device tensor on a host with several processes "
+                                    "(BYTEPS_LOCAL_SIZE={}) is not built yet (the device group sums); pass a CPU tensor",
+                                    r.name, ReduceOpName(r.op), config_.local_size));
+  }
+  return Status::Ok();
 }
 
 Status Engine::CheckConcat(const TensorRequest& r) const {

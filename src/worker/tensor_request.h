@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "common/reducer.h"
 #include "device/device.h"
 
 namespace byteps::worker {
@@ -21,11 +22,31 @@ struct TensorDevice {
   bool on_host() const { return kind == device::Kind::kCpu; }
 };
 
-// What the servers make of the workers' tensors.
+// What the servers make of the workers' tensors (the keys' policy, protocol::KeyInit::op).
 enum class ReduceOp : uint8_t {
-  kSum = 0,     // the element-wise sum (push_pull)
-  kConcat = 1,  // each worker's slice placed at its offset (allgather; broadcast: only the root's)
+  kSum = 0,      // the element-wise sum (push_pull)
+  kConcat = 1,   // each worker's slice placed at its offset (allgather; broadcast: only the root's)
+  kMin = 2,      // the element-wise minimum (bool: and)
+  kMax = 3,      // the element-wise maximum (bool: or)
+  kProduct = 4,  // the element-wise product (bool: and)
 };
+
+// The element-wise reduction of an op other than kConcat.
+inline ReduceKind ReduceKindOf(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMin: return ReduceKind::kMin;
+    case ReduceOp::kMax: return ReduceKind::kMax;
+    case ReduceOp::kProduct: return ReduceKind::kProduct;
+    case ReduceOp::kSum:
+    case ReduceOp::kConcat: break;
+  }
+  return ReduceKind::kSum;
+}
+
+// How errors name an operation: "sum", "min", "max", "product", "concatenation".
+inline const char* ReduceOpName(ReduceOp op) {
+  return op == ReduceOp::kConcat ? "concatenation" : ReduceKindName(ReduceKindOf(op));
+}
 
 struct TensorRequest {
   std::string name;  // the core name ("byteps.<user name>" from the plugins)
@@ -33,7 +54,7 @@ struct TensorRequest {
   void* output = nullptr;  // may equal input (in place); must not partially overlap it
   size_t bytes = 0;
   DataType dtype = DataType::kFloat32;
-  bool average = false;  // divide the sum by size()
+  bool average = false;  // divide the sum by size() (kSum only)
   int priority = 0;      // higher goes first
   TensorDevice device{};
   // kConcat: `output` receives all `bytes`; this worker contributes `slice_bytes` from `input`,
@@ -41,6 +62,9 @@ struct TensorRequest {
   ReduceOp op = ReduceOp::kSum;
   size_t slice_offset = 0;
   size_t slice_bytes = 0;
+  // Declaration attributes the servers compare across workers ("shape=2x3;root=1", the plugin's
+  // choice; protocol::KeyInit::attrs): a difference fails every worker with kMismatch.
+  std::string attrs{};
 };
 
 using HandleId = int64_t;

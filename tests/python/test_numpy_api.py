@@ -138,7 +138,14 @@ def test_queries_before_init_raise(bps_down):
         bps.declare("early")
 
 
-@pytest.mark.parametrize("value", [np.zeros(3, np.complex64), np.zeros(3, bool), np.array([1, "a"], object),
+def test_int16_sums_and_bool_is_refused_naming_the_tensor(bps):
+    x = np.array([1, -2, 32767], np.int16)
+    assert np.array_equal(bps.push_pull(x, average=False, name="i16"), x)  # one worker: the sum is x
+    with pytest.raises(ValueError, match="push_pull of 'byteps.flags': bool tensors cannot be summed"):
+        bps.push_pull(np.zeros(3, bool), average=False, name="flags")
+
+
+@pytest.mark.parametrize("value", [np.zeros(3, np.complex64), np.zeros(3, np.uint32), np.array([1, "a"], object),
                                    np.zeros(3, ">f4"), np.zeros(3, np.uint16), np.array(["ab"])])
 def test_unsupported_dtype(bps, value):
     with pytest.raises(TypeError) as info:

@@ -14,6 +14,8 @@ void StoreValue(void* data, DataType dt, size_t i, double v) {
     case DataType::kInt64: static_cast<int64_t*>(data)[i] = static_cast<int64_t>(v); break;
     case DataType::kInt8: static_cast<int8_t*>(data)[i] = static_cast<int8_t>(v); break;
     case DataType::kUint8: static_cast<uint8_t*>(data)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt16: static_cast<int16_t*>(data)[i] = static_cast<int16_t>(v); break;
+    case DataType::kBool: static_cast<uint8_t*>(data)[i] = v != 0 ? 1 : 0; break;
   }
 }
 
@@ -27,6 +29,8 @@ double LoadValue(const void* data, DataType dt, size_t i) {
     case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(data)[i]);
     case DataType::kInt8: return static_cast<const int8_t*>(data)[i];
     case DataType::kUint8: return static_cast<const uint8_t*>(data)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(data)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(data)[i] != 0 ? 1 : 0;
   }
   return 0;
 }

@@ -88,6 +88,41 @@ TEST_F(LocalStagesTest, PartitionsAreSummedAndBroadcastOneByOne) {
   EXPECT_EQ(nr_op->parts[0].src, nr_op->parts[0].dst);
 }
 
+// The partition's op reaches the root (its own, and the non-root's in LocalReady): a max here;
+// processes that disagree on the op get a mismatch.
+TEST_F(LocalStagesTest, TheRootAppliesTheOpAndRefusesDisagreement) {
+  auto plan = MakePlan("m", 3, 1, 16);
+  std::vector<float> root_in = {1, 20, -3, 4}, root_out(4, 0.f), nr_in = {10, 2, -30, 4}, nr_out(4, 0.f);
+  auto root_op = MakeOp(*plan, pipeline_, root_in.data(), root_out.data());
+  auto nr_op = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data());
+  for (auto* op : {root_op.get(), nr_op.get()}) {
+    op->request.op = ReduceOp::kMax;
+    op->parts[0].round = 1;
+  }
+  nr_reduce_->Start(&nr_op->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op->parts[0]).ok());
+  root_reduce_->Start(&root_op->parts[0]);
+  ASSERT_TRUE(root_reduced_.WaitFor(&root_op->parts[0]).ok());
+  EXPECT_EQ(root_out, (std::vector<float>{10, 20, -3, 4}));
+
+  // Round 2 (new operations: the sinks keep each task's first completion): the root reduces by min,
+  // the non-root by max.
+  auto root_op2 = MakeOp(*plan, pipeline_, root_in.data(), root_out.data());
+  auto nr_op2 = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data());
+  root_op2->request.op = ReduceOp::kMin;
+  nr_op2->request.op = ReduceOp::kMax;
+  root_op2->parts[0].round = nr_op2->parts[0].round = 2;
+  nr_reduce_->Start(&nr_op2->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op2->parts[0]).ok());
+  root_reduce_->Start(&root_op2->parts[0]);
+  Status st = root_reduced_.WaitFor(&root_op2->parts[0]);
+  EXPECT_EQ(st.code(), StatusCode::kMismatch) << st.ToString();
+  // Whichever of the two the root saw first, the message names the tensor, who does what.
+  EXPECT_TRUE(st.message() == "tensor 'm': local rank 0 reduces it by max but the local root by min" ||
+              st.message() == "tensor 'm': a local rank reduces it by max but the local root by min")
+      << st.message();
+}
+
 TEST_F(LocalStagesTest, ARootFailureReachesTheNonRootWithItsCode) {
   auto plan = MakePlan("w", 0, 1, 16);
   std::vector<float> a(4, 1.f), b(4, 1.f);

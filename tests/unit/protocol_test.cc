@@ -284,13 +284,40 @@ TEST(ControlTest, NodeFailedAndKeyInitRoundTrip) {
   EXPECT_EQ(dn->node, n.node);
   EXPECT_EQ(dn->reason, n.reason);
 
-  KeyInit k{"layer1.weight", std::numeric_limits<uint64_t>::max(), 7, 1ull << 40};
+  KeyInit k{"layer1.weight", std::numeric_limits<uint64_t>::max(), 7, 1ull << 40, kOpMax, "shape=2x3;root=1"};
   auto dk = DecodeKeyInit(Encode(k));
   ASSERT_TRUE(dk.ok()) << dk.status().ToString();
   EXPECT_EQ(dk->name, k.name);
   EXPECT_EQ(dk->bytes, k.bytes);
   EXPECT_EQ(dk->dtype, 7);
   EXPECT_EQ(dk->tensor_bytes, k.tensor_bytes);
+  EXPECT_EQ(dk->op, "max");
+  EXPECT_EQ(dk->attrs, k.attrs);
+}
+
+TEST(ControlTest, KeyInitOpsAndAttributes) {
+  for (const char* op : {kOpSum, kOpMin, kOpMax, kOpProduct, kOpConcat}) {
+    auto d = DecodeKeyInit(Encode(KeyInit{"t", 4, 0, 4, op, ""}));
+    ASSERT_TRUE(d.ok()) << op << ": " << d.status().ToString();
+    EXPECT_EQ(d->op, op);
+  }
+  EXPECT_EQ(ReduceKindOfOp("sum"), ReduceKind::kSum);
+  EXPECT_EQ(ReduceKindOfOp("min"), ReduceKind::kMin);
+  EXPECT_EQ(ReduceKindOfOp("max"), ReduceKind::kMax);
+  EXPECT_EQ(ReduceKindOfOp("prod"), ReduceKind::kProduct);
+  EXPECT_FALSE(ReduceKindOfOp("concat").has_value());
+  EXPECT_STREQ(OpOfReduceKind(ReduceKind::kProduct), "prod");
+  // An older sender's payload (no op, no attrs): a sum without attributes.
+  auto old = DecodeKeyInit(R"({"name":"t","bytes":4,"dtype":0,"tensor_bytes":4})");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->op, "sum");
+  EXPECT_EQ(old->attrs, "");
+  auto bad = DecodeKeyInit(R"({"name":"t","bytes":4,"dtype":0,"tensor_bytes":4,"op":"avg"})");
+  ExpectProtocolError(bad.status(), "InitKey of tensor 't': unknown op 'avg'");
+  using Pairs = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(ParseAttrs(""), Pairs{});
+  EXPECT_EQ(ParseAttrs("shape=2x3;root=1;;flag;x=a=b"),
+            (Pairs{{"shape", "2x3"}, {"root", "1"}, {"flag", ""}, {"x", "a=b"}}));
 }
 
 TEST(ControlTest, GarbageAndNonObjectsAreErrors) {
@@ -411,7 +438,7 @@ TEST(AuthTest, ProofsDependOnSecretRoleAndBothNonces) {
 TEST(ErrorFrameTest, CodeSurvivesTheWire) {
   for (StatusCode code : {StatusCode::kInvalidArgument, StatusCode::kPrecondition, StatusCode::kUnavailable,
                           StatusCode::kDeadlineExceeded, StatusCode::kAborted, StatusCode::kProtocol,
-                          StatusCode::kInternal}) {
+                          StatusCode::kInternal, StatusCode::kMismatch}) {
     Header h = ErrorHeader(Opcode::kError, code, 77, 9);
     uint8_t raw[kHeaderSize];
     EncodeHeader(h, raw);
@@ -427,7 +454,7 @@ TEST(ErrorFrameTest, CodeSurvivesTheWire) {
 
 TEST(ErrorFrameTest, NonErrorCodesReadAsInternal) {
   // An error frame is an error whatever its arg says: OK, in-progress and unknown values included.
-  for (uint32_t arg : {0u, 8u, 9u, 0xffffffffu}) {
+  for (uint32_t arg : {0u, static_cast<uint32_t>(StatusCode::kInProgress), 10u, 0xffffffffu}) {
     Header h;
     h.opcode = Opcode::kError;
     h.arg = arg;

@@ -24,7 +24,8 @@ namespace {
 
 constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                   DataType::kUint8,   DataType::kInt32,   DataType::kInt8,
-                                  DataType::kInt64,   DataType::kBFloat16};
+                                  DataType::kInt64,   DataType::kBFloat16, DataType::kInt16,
+                                  DataType::kBool};
 constexpr ReducerImpl kAllImpls[] = {ReducerImpl::kAuto, ReducerImpl::kScalar, ReducerImpl::kAvx2};
 constexpr size_t kLengths[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 1000, 4097};
 
@@ -129,6 +130,13 @@ std::string Verify(DataType t, const uint8_t* a, const uint8_t* b, const uint8_t
       case DataType::kInt64:
         ok = Get<int64_t>(out, i) == static_cast<int64_t>(static_cast<uint64_t>(Get<int64_t>(a, i)) +
                                                           static_cast<uint64_t>(Get<int64_t>(b, i)));
+        break;
+      case DataType::kInt16:
+        ok = Get<int16_t>(out, i) ==
+             static_cast<int16_t>(static_cast<int64_t>(Get<int16_t>(a, i)) + Get<int16_t>(b, i));
+        break;
+      case DataType::kBool:  // a logical or, written as 0/1
+        ok = Get<uint8_t>(out, i) == ((Get<uint8_t>(a, i) != 0 || Get<uint8_t>(b, i) != 0) ? 1 : 0);
         break;
     }
     if (!ok) return "mismatch at element " + std::to_string(i);
@@ -255,6 +263,7 @@ void ExpectWrap(T a, T b, T expected) {
       if constexpr (std::is_same_v<T, uint8_t>) t = DataType::kUint8;
       if constexpr (std::is_same_v<T, int32_t>) t = DataType::kInt32;
       if constexpr (std::is_same_v<T, int64_t>) t = DataType::kInt64;
+      if constexpr (std::is_same_v<T, int16_t>) t = DataType::kInt16;
       SumInto(dst.data(), src.data(), n, t, impl);
       for (T v : dst) ASSERT_EQ(v, expected) << ReducerImplName(impl) << " n=" << n;
     }
@@ -268,6 +277,8 @@ TEST(ReducerWrapTest, IntegersWrapLikeTwosComplement) {
   ExpectWrap<uint8_t>(200, 100, 44);
   ExpectWrap<int32_t>(std::numeric_limits<int32_t>::max(), 1, std::numeric_limits<int32_t>::min());
   ExpectWrap<int64_t>(std::numeric_limits<int64_t>::min(), -1, std::numeric_limits<int64_t>::max());
+  ExpectWrap<int16_t>(32767, 1, -32768);
+  ExpectWrap<int16_t>(-30000, -10000, 25536);
 }
 
 // Every float16 / bfloat16 pattern as dst against a set of src values (specials included): the

@@ -47,7 +47,7 @@ class ServerTest : public ::testing::Test {
   }
 
   void Declare(uint64_t key, const std::string& name, uint64_t bytes) {
-    protocol::KeyInit k{name, bytes, static_cast<int>(DataType::kFloat32), bytes};
+    protocol::KeyInit k{name, bytes, static_cast<int>(DataType::kFloat32), bytes, protocol::kOpSum, ""};
     ASSERT_TRUE(conn_->Deliver(Hdr(Opcode::kInitKey, key), protocol::Encode(k)).ok());
   }
 

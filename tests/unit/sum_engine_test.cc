@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -42,8 +43,9 @@ class SumEngineTest : public ::testing::Test {
   Conn NewConn(const std::string& name) { return std::make_shared<FakeConnection>(name, nullptr); }
 
   void Init(uint64_t key, int worker, const KeyInit& init) { engine_->Post(InitTask{key, worker, conns_[worker], init}); }
-  void Init(uint64_t key, DataType dt, size_t count, const std::string& name = "grad") {
-    KeyInit k{name, count * DataTypeSize(dt), static_cast<int>(dt), count * DataTypeSize(dt)};
+  void Init(uint64_t key, DataType dt, size_t count, const std::string& name = "grad",
+            const std::string& op = protocol::kOpSum, const std::string& attrs = "") {
+    KeyInit k{name, count * DataTypeSize(dt), static_cast<int>(dt), count * DataTypeSize(dt), op, attrs};
     for (int w = 0; w < static_cast<int>(conns_.size()); ++w) Init(key, w, k);
   }
 
@@ -133,6 +135,69 @@ TEST_F(SumEngineTest, SumsEveryDtypeExactly) {
       EXPECT_EQ(f.payload, want);
     }
   }
+}
+
+// Each reduction policy for every dtype: 2 workers' small non-negative integers, so min, max and
+// product are exact everywhere (bool: and / or / and of "non-zero").
+TEST_F(SumEngineTest, MinMaxProductKeysReduceEveryDtype) {
+  Start(2);
+  const size_t n = 37;
+  const std::pair<const char*, double (*)(double, double)> ops[] = {
+      {protocol::kOpMin, [](double a, double b) { return std::min(a, b); }},
+      {protocol::kOpMax, [](double a, double b) { return std::max(a, b); }},
+      {protocol::kOpProduct, [](double a, double b) { return a * b; }},
+  };
+  uint64_t key = 100;
+  for (const auto& [op, apply] : ops) {
+    for (int code = 0; code < kNumDataTypes; ++code) {
+      const DataType dt = *DataTypeFromCode(code);
+      SCOPED_TRACE(std::string(op) + " " + DataTypeName(dt));
+      ++key;
+      Init(key, dt, n, "metric", op);
+      std::vector<double> want(n);
+      for (size_t i = 0; i < n; ++i) want[i] = apply(Value(0, i, 1), Value(1, i, 1));
+      for (int w = 0; w < 2; ++w) Push(key, 1, w, testing::Encode(dt, Values(w, n, 1)), dt);
+      for (int w = 0; w < 2; ++w) EXPECT_EQ(Next(conns_[w], Opcode::kPushPullReply).payload, Bytes(testing::Encode(dt, want)));
+    }
+  }
+}
+
+TEST_F(SumEngineTest, WorkersThatDisagreeOnTheOpOrAttributesAllGetAMismatch) {
+  Start(2);
+  const int f32 = static_cast<int>(DataType::kFloat32);
+  Init(3, 0, KeyInit{"loss", 4, f32, 4, protocol::kOpMin, ""});
+  Init(3, 1, KeyInit{"loss", 4, f32, 4, protocol::kOpMax, ""});
+  Status op = NextError(conns_[1]);
+  EXPECT_EQ(op.code(), StatusCode::kMismatch);
+  EXPECT_TRUE(Has(op.message(), "tensor 'loss' (key 3) is a min on worker 0 but a max on worker 1")) << op.message();
+
+  // Worker 0 waits on the key when worker 1's declaration arrives: both get the same error.
+  Init(4, 0, KeyInit{"broadcast.w", 4, f32, 4, protocol::kOpConcat, "shape=1;root=0"});
+  PushTask t;
+  t.key = 4;
+  t.round = 1;
+  t.worker = 0;
+  t.request_id = 77;
+  t.dtype = static_cast<uint8_t>(f32);
+  t.conn = conns_[0];
+  t.data = pool_.Get(4).value();
+  t.bytes = 4;
+  engine_->Post(std::move(t));
+  Init(4, 1, KeyInit{"broadcast.w", 4, f32, 4, protocol::kOpConcat, "shape=1;root=1;post=2"});
+  Status waiter = NextError(conns_[0]), declarer = NextError(conns_[1]);
+  EXPECT_EQ(waiter.code(), StatusCode::kMismatch);
+  EXPECT_EQ(declarer.code(), StatusCode::kMismatch);
+  EXPECT_EQ(waiter.message(), declarer.message());
+  EXPECT_EQ(waiter.message(),
+            "tensor 'broadcast.w' (key 4, a concat): root is 0 on worker 0 but 1 on worker 1; post is unset on "
+            "worker 0 but 2 on worker 1");
+
+  // The same attributes agree; so do identical redeclarations (a reconnect's).
+  Init(5, DataType::kInt16, 3, "h", protocol::kOpProduct, "shape=3;scale=0.5");
+  Init(5, 0, KeyInit{"h", 6, static_cast<int>(DataType::kInt16), 6, protocol::kOpProduct, "shape=3;scale=0.5"});
+  for (int w = 0; w < 2; ++w) Push(5, 1, w, testing::Encode(DataType::kInt16, {2, -3, 4}), DataType::kInt16);
+  for (int w = 0; w < 2; ++w)
+    EXPECT_EQ(Next(conns_[w], Opcode::kPushPullReply).payload, Bytes(testing::Encode(DataType::kInt16, {4, 9, 16})));
 }
 
 TEST_F(SumEngineTest, NoReplyUntilEveryWorkerPushed) {
@@ -227,25 +292,25 @@ TEST_F(SumEngineTest, ALateOriginalOnTheOldConnectionKeepsTheReplyOnTheNewOne) {
 TEST_F(SumEngineTest, ADeclarationMismatchFailsTheWaitersAndTheDeclarer) {
   Start(2);
   const DataType dt = DataType::kFloat32;
-  Init(5, 0, KeyInit{"layer1.weight", 400, static_cast<int>(dt), 400});
+  Init(5, 0, KeyInit{"layer1.weight", 400, static_cast<int>(dt), 400, protocol::kOpSum, ""});
   Push(5, 1, 0, std::vector<uint8_t>(400, 0), dt, /*request_id=*/21);
-  Init(5, 1, KeyInit{"layer1.weight", 800, static_cast<int>(dt), 800});
+  Init(5, 1, KeyInit{"layer1.weight", 800, static_cast<int>(dt), 800, protocol::kOpSum, ""});
   Status waiter = NextError(conns_[0]);
-  EXPECT_EQ(waiter.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(waiter.code(), StatusCode::kMismatch);
   EXPECT_TRUE(Has(waiter.message(), "tensor 'layer1.weight' (key 5) has 400 bytes of float32 on worker 0 but 800 "
                                     "bytes of float32 on worker 1"))
       << waiter.message();
   Status declarer = NextError(conns_[1]);
-  EXPECT_EQ(declarer.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(declarer.code(), StatusCode::kMismatch);
   EXPECT_EQ(declarer.message(), waiter.message());
   // The key stays poisoned.
   Push(5, 1, 1, std::vector<uint8_t>(400, 0), dt);
   EXPECT_EQ(NextError(conns_[1]).message(), waiter.message());
 
-  Init(6, 0, KeyInit{"a", 4, static_cast<int>(dt), 4});
-  Init(6, 1, KeyInit{"b", 4, static_cast<int>(dt), 4});
+  Init(6, 0, KeyInit{"a", 4, static_cast<int>(dt), 4, protocol::kOpSum, ""});
+  Init(6, 1, KeyInit{"b", 4, static_cast<int>(dt), 4, protocol::kOpSum, ""});
   Status order = NextError(conns_[1]);
-  EXPECT_EQ(order.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(order.code(), StatusCode::kMismatch);
   EXPECT_TRUE(Has(order.message(), "worker 0 declared tensor 'a' but worker 1 declared 'b'")) << order.message();
 }
 

@@ -372,6 +372,10 @@ TEST(AverageTest, IntegersUseFloorDivision) {
   for (int x = 0; x < 256; ++x) u8.push_back(static_cast<uint8_t>(x));
   CheckIntDivision(DataType::kInt8, i8);
   CheckIntDivision(DataType::kUint8, u8);
+  std::vector<int16_t> i16;
+  for (int x = -32768; x < 32768; x += 7) i16.push_back(static_cast<int16_t>(x));
+  i16.push_back(32767);
+  CheckIntDivision(DataType::kInt16, i16);
   std::vector<int32_t> i32 = {std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), -7, 7, 0};
   std::vector<int64_t> i64 = {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), -7, 7,
                               -(int64_t{1} << 53) - 1};

@@ -40,6 +40,7 @@ __all__ = [
 _CODES = {
     torch.float32: "FLOAT32", torch.float64: "FLOAT64", torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16",
     torch.uint8: "UINT8", torch.int8: "INT8", torch.int32: "INT32", torch.int64: "INT64",
+    torch.int16: "INT16", torch.bool: "BOOL",
 }
 SUPPORTED_DTYPES = tuple(str(dt).replace("torch.", "") for dt in _CODES)
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/reducer.h"
 #include "transport/transport.h"
 #include "worker/local_reduce/shm_segment.h"
 
@@ -71,6 +72,7 @@ class LocalReducer : public transport::Handler {
     size_t bytes = 0;
     size_t tensor_bytes = 0;
     DataType dtype = DataType::kFloat32;
+    ReduceKind kind = ReduceKind::kSum;  // how the root combines the processes' contributions
     // The bytes live in device memory and a device group moves them (group_stages.h): the
     // reducer only counts who is ready; no shared memory is touched.
     bool on_device = false;

@@ -60,7 +60,8 @@ Status LocalReducer::Contribute(const Part& part, const void* input) {
     awaited_[{part.key, part.round}].part = part;
     root = root_;
   }
-  protocol::KeyInit ki{part.name, part.bytes, static_cast<int>(part.dtype), part.tensor_bytes};
+  protocol::KeyInit ki{part.name, part.bytes, static_cast<int>(part.dtype), part.tensor_bytes,
+                       protocol::OpOfReduceKind(part.kind), ""};
   Header h;
   h.opcode = Opcode::kLocalReady;
   h.key = part.key;
@@ -115,6 +116,9 @@ Status LocalReducer::Gather(const Part& part, const void* input, void* output, D
       r.error = InvalidArgument(fmt::format("a local rank declared tensor '{}' where the local root has '{}' "
                                             "(declare tensors in the same order in every process)",
                                             r.part.name, part.name));
+    } else if (r.ready > 0 && r.part.kind != part.kind) {
+      r.error = Mismatch(fmt::format("tensor '{}': a local rank reduces it by {} but the local root by {}", part.name,
+                                     ReduceKindName(r.part.kind), ReduceKindName(part.kind)));
     }
     r.root_in = true;
     r.part = part;
@@ -153,7 +157,7 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
     const Part& p = round.part;
     if (p.bytes > 0 && round.output != round.input) std::memmove(round.output, round.input, p.bytes);
     const size_t count = p.bytes / DataTypeSize(p.dtype);
-    for (const uint8_t* s : slots) SumInto(round.output, s, count, p.dtype);
+    for (const uint8_t* s : slots) ReduceInto(round.output, s, count, p.dtype, p.kind);
     round.done(Status::Ok());
   };
 }
@@ -179,7 +183,16 @@ void LocalReducer::OnLocalReady(transport::Connection& c, const Header& h, const
                                             pit->first, ki->name, r.root_in ? "the local root" : "another local rank",
                                             r.part.name));
     }
-    if (!r.root_in && r.ready == 0) r.part.name = ki->name;  // checked when the root's own partition comes in
+    const ReduceKind kind = protocol::ReduceKindOfOp(ki->op).value_or(ReduceKind::kSum);
+    if ((r.root_in || r.ready > 0) && r.part.name == ki->name && r.part.kind != kind && r.error.ok()) {
+      r.error = Mismatch(fmt::format("tensor '{}': local rank {} reduces it by {} but {} by {}", ki->name, pit->first,
+                                     ReduceKindName(kind), r.root_in ? "the local root" : "another local rank",
+                                     ReduceKindName(r.part.kind)));
+    }
+    if (!r.root_in && r.ready == 0) {  // checked when the root's own partition comes in
+      r.part.name = ki->name;
+      r.part.kind = kind;
+    }
     r.ready++;
     work = MaybeReduceLocked({h.key, h.round});
   }

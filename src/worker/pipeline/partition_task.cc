@@ -22,7 +22,7 @@ std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const pla
     t.offset = pp.range.offset;
     t.len = pp.range.length;
     t.dst = static_cast<uint8_t*>(request.output) + pp.range.offset;
-    if (request.op == ReduceOp::kSum) {
+    if (request.op != ReduceOp::kConcat) {  // a reduction: every worker pushes the whole partition
       t.src = static_cast<const uint8_t*>(request.input) + pp.range.offset;
       t.push_len = t.len;
       continue;

@@ -14,11 +14,11 @@ std::string Signature::Describe() const {
 }
 
 bool IsAgreedFailure(const Status& st) {
-  // A failure that reaches a submitted operation as InvalidArgument comes from a server refusing
-  // the tensor's declaration or a push against it (the workers disagree on its size, dtype or op):
-  // every worker of the tensor gets it. (The cross-worker mismatch code, where the servers send
-  // one, belongs here too.) Local InvalidArguments fail Enqueue before anything is submitted.
-  return st.code() == StatusCode::kInvalidArgument;
+  // The servers' cross-worker mismatch (the workers disagree on the tensor's size, dtype, op or
+  // attributes) reaches every worker of the tensor. So does an InvalidArgument that reaches a
+  // submitted operation: a server refusing a push against the tensor's declaration, or a push past
+  // another worker's release. Local InvalidArguments fail Enqueue before anything is submitted.
+  return st.code() == StatusCode::kMismatch || st.code() == StatusCode::kInvalidArgument;
 }
 
 KeyAssigner::KeyAssigner(Resolver resolve, size_t partition_bytes) : resolve_(std::move(resolve)) {

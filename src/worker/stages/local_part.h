@@ -16,6 +16,7 @@ inline local_reduce::LocalReducer::Part LocalPartOf(const pipeline::PartitionTas
   p.bytes = t.len;
   p.tensor_bytes = t.op->plan->bytes;
   p.dtype = t.op->request.dtype;
+  p.kind = ReduceKindOf(t.op->request.op);
   return p;
 }
 

@@ -18,13 +18,14 @@ PushPullStage::PushPullStage(pipeline::StageSink* sink, server_links::DataPlane*
     : pipeline::Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size) {}
 
 server_links::OutFrame PushPullStage::InitKeyFrame(const planning::TensorPlan& plan, const planning::PartitionPlan& p,
-                                                   ReduceOp op) const {
+                                                   ReduceOp op, const std::string& attrs) const {
   protocol::KeyInit ki;
   ki.name = plan.name;
   ki.bytes = p.range.length;
   ki.dtype = static_cast<int>(plan.dtype);
   ki.tensor_bytes = plan.bytes;
-  ki.op = op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::kOpSum;
+  ki.op = op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::OpOfReduceKind(ReduceKindOf(op));
+  ki.attrs = attrs;
   server_links::OutFrame f;
   f.header.opcode = Opcode::kInitKey;
   f.header.key = p.key;
@@ -85,17 +86,17 @@ void PushPullStage::Start(pipeline::PartitionTask* t) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const ReduceOp op = t->op->request.op;
-    auto [a, added] = announced_.emplace(plan.declared_key, Announced{&plan, op});
+    auto [a, added] = announced_.emplace(plan.declared_key, Announced{&plan, op, t->op->request.attrs});
     if (auto p = poisoned_.find(plan.declared_key); p != poisoned_.end()) {
       refused = p->second;
     } else if (a->second.op != op) {
-      refused = InvalidArgument(fmt::format("tensor '{}' was first used for {} and now for {}; use one name per "
+      refused = InvalidArgument(fmt::format("tensor '{}' was first used for a {} and now for a {}; use one name per "
                                             "operation",
-                                            plan.name, a->second.op == ReduceOp::kSum ? "a sum" : "a concatenation",
-                                            op == ReduceOp::kSum ? "a sum" : "a concatenation"));
+                                            plan.name, ReduceOpName(a->second.op), ReduceOpName(op)));
     } else {
       if (added) {
-        for (const planning::PartitionPlan& p : plan.partitions) declare.push_back(InitKeyFrame(plan, p, op));
+        for (const planning::PartitionPlan& p : plan.partitions)
+          declare.push_back(InitKeyFrame(plan, p, op, t->op->request.attrs));
       }
       in_flight_.emplace(t->id, InFlight{t, nullptr, Status()});
     }
@@ -222,7 +223,7 @@ std::vector<server_links::OutFrame> PushPullStage::CollectResend(int server, siz
   // Declarations first (the server keeps them; a lost InitKey is sent again, duplicates are no-ops)...
   for (const auto& [dk, a] : announced_)
     for (const planning::PartitionPlan& p : a.plan->partitions)
-      if (p.server == server && plane_->ConnIndex(server, p.key) == index) frames.push_back(InitKeyFrame(*a.plan, p, a.op));
+      if (p.server == server && plane_->ConnIndex(server, p.key) == index) frames.push_back(InitKeyFrame(*a.plan, p, a.op, a.attrs));
   // ...then every partition that was out on the lost connection, oldest first.
   for (const auto& [id, f] : in_flight_)
     if (f.task->server == server && plane_->ConnIndex(server, f.task->key) == index) out.push_back(f.task);

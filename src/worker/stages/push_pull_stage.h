@@ -55,7 +55,7 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
     Status deferred;  // a failure that waits for receiving_on to clear
   };
   server_links::OutFrame InitKeyFrame(const planning::TensorPlan& plan, const planning::PartitionPlan& p,
-                                      ReduceOp op) const;
+                                      ReduceOp op, const std::string& attrs) const;
   server_links::OutFrame PushFrame(const pipeline::PartitionTask& t) const;
   void SendReleases();  // dispatcher thread
   // Removes the matching in-flight tasks and returns those that may complete now (under mu_).
@@ -72,6 +72,7 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
   struct Announced {
     const planning::TensorPlan* plan;
     ReduceOp op;  // a name keeps the operation it was first used with
+    std::string attrs;  // and the attributes it was declared with
   };
   std::unordered_map<uint32_t, Announced> announced_;  // by declared key
   std::unordered_map<uint32_t, Status> poisoned_;               // declared key -> the server's error

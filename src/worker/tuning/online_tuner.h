@@ -13,12 +13,12 @@
 // settle_iterations() of them in a row the tuner settles on the model's value.
 //
 // A new value applies from the next iteration's first push_pull, never in the middle of one.
-// Every worker runs the same schedule on the same iteration boundaries (the boundaries come from
-// the push_pull stream, which is the same everywhere), so the candidates are measured in
-// lockstep. The credit is each worker's own (a cap on its bytes in flight): each keeps its own
-// verdict. The partition size fixes the key layout on the servers: its candidates are given
-// explicitly (`values`), every worker switches at the same boundaries, and the engine makes
-// everyone apply worker 0's verdict (engine_tuning.cc).
+// The credit is each worker's own (a cap on its bytes in flight): each keeps its own verdict, on
+// its own iteration boundaries. The partition size fixes the key layout on the servers, and
+// iteration boundaries differ between workers whose threads push in other orders: its candidates
+// are given explicitly (`values`), the keys follow each tensor's own use count instead
+// (partition_schedule.h), and this tuner only measures worker 0's iterations for the verdict that
+// everyone applies (engine_tuning.cc).
 // Threading: not thread-safe; the engine calls it under its planning lock.
 #pragma once
 

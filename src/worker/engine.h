@@ -86,7 +86,7 @@ class Engine {
   size_t credit_bytes() const;  // 0: no cap
   // The most iterations the online tuning takes (those pushing at least the credit): the
   // partition size's phase, where every worker explores it, then the credit's.
-  static constexpr int kOnlineSettleIterations = 19;
+  static constexpr int kOnlineSettleIterations = 20;
   // The partition size is explored online only for models of at most this many bytes per server
   // (the servers keep each explored generation's last sums).
   static constexpr uint64_t kMaxExploredBytesPerServer = uint64_t{512} << 20;

@@ -27,8 +27,8 @@
 
 namespace byteps::worker {
 
-static_assert(Engine::kOnlineSettleIterations ==
-              tuning::kPartitionSettleIterations + tuning::kOnlineSettleIterationsAfterPartition);
+static_assert(Engine::kOnlineSettleIterations == tuning::kPartitionSettleIterations + tuning::kPartitionVerdictLag +
+                                                     tuning::kOnlineSettleIterationsAfterPartition);
 
 namespace {
 
@@ -157,7 +157,8 @@ Status Engine::TuneAtStart() {
       for (uint32_t g = 1; g < partition_candidates_.size(); ++g) {
         BYTEPS_RETURN_IF_ERROR(assigner_->AddGeneration(g, partition_candidates_[g]));
       }
-      schedule_ = std::make_unique<tuning::PartitionSchedule>(tuning::kPartitionWarmup, tuning::kPartitionPerVisit);
+      schedule_ = std::make_unique<tuning::PartitionSchedule>(tuning::kPartitionWarmup, tuning::kPartitionPerVisit,
+                                                              tuning::kPartitionVerdictLag);
       explore_ = std::make_unique<tuning::Worker0Agreement>("__byteps.tune.online.explore", rank_ == 0,
                                                             config_.op_timeout_s);
       verdict_ = std::make_unique<tuning::Worker0Agreement>("__byteps.tune.partition", rank_ == 0,
@@ -270,8 +271,7 @@ StatusOr<planning::Placement> Engine::PlaceUse(const std::string& name, uint32_t
   BYTEPS_ASSIGN_OR_RETURN(tuning::SharedVector explore, explore_->Get(c, name));
   ApplyExplore(explore);
   if (explore[1] == 0) return planning::Placement{};
-  if (needs == Needs::kExplore) return planning::Placement{1, false};
-  verdict_->Issue(c, [this] {
+  if (use >= schedule_->verdict_issue()) verdict_->Issue(c, [this] {
     // Worker 0's measurement: for a regular training stream its iteration clock closed the
     // candidate's last block just now (iteration k is every tensor's use k). A stream whose
     // iterations do not line up with the uses has not filled them: it keeps the start-up size.
@@ -285,6 +285,7 @@ StatusOr<planning::Placement> Engine::PlaceUse(const std::string& name, uint32_t
     }
     return v;
   });
+  if (needs == Needs::kExplore) return planning::Placement{1, false};
   BYTEPS_ASSIGN_OR_RETURN(tuning::SharedVector verdict, verdict_->Get(c, name));
   BYTEPS_ASSIGN_OR_RETURN(uint32_t g, ApplyVerdict(verdict));
   return planning::Placement{g, true};

@@ -21,9 +21,9 @@ namespace byteps::testing {
 namespace {
 
 constexpr int kThreads = 4;
-// Past the whole partition phase (2 warm-up uses, a block of 4 in each size, then the verdict
-// from use 10 on: tuning::kPartitionSettleIterations).
-constexpr int kUses = 10 + 4;
+// Past the whole partition phase (2 warm-up uses, a block of 4 in each size, one more while the
+// verdict travels, then the verdict from use 11 on).
+constexpr int kUses = 11 + 3;
 
 size_t Floats(int mine) { return 200000 + 70000 * static_cast<size_t>(mine); }
 
@@ -82,7 +82,7 @@ TEST(OnlineTuningTest, ThreadsWhoseStreamsDifferCrossThePartitionPhaseWithExactS
   EXPECT_EQ(chosen, chosen1);
   ASSERT_TRUE(chosen == a || chosen == b) << report;
   // Each tensor's partitions of the size left behind are freed once both workers released them
-  // (at their use kPartitionSettleIterations; the release goes out with the next push).
+  // (at their use 11; the release goes out with the next push).
   const size_t loser = chosen == a ? b : a;
   size_t expected = 0;
   for (int t = 0; t < kThreads; ++t) expected += protocol::SplitIntoPartitions(Floats(t) * 4, loser, 4).size();

@@ -26,23 +26,27 @@ namespace {
 using tuning::PartitionSchedule;
 
 TEST(PartitionScheduleTest, GenerationIsAFunctionOfTheUseAndTheAgreedWords) {
-  const PartitionSchedule s(tuning::kPartitionWarmup, tuning::kPartitionPerVisit);
+  const PartitionSchedule s(tuning::kPartitionWarmup, tuning::kPartitionPerVisit, tuning::kPartitionVerdictLag);
   EXPECT_EQ(s.explore_issue(), 2u);
   EXPECT_EQ(s.candidate_from(), 6u);
-  EXPECT_EQ(s.verdict_from(), 10u);
-  EXPECT_EQ(static_cast<int>(s.verdict_from()), tuning::kPartitionSettleIterations);
+  EXPECT_EQ(s.verdict_issue(), 10u);
+  EXPECT_EQ(s.verdict_from(), 11u);
+  // Worker 0's tuner has measured both blocks when a tensor reaches the verdict's issuing use.
+  EXPECT_EQ(static_cast<int>(s.verdict_issue()), tuning::kPartitionSettleIterations);
   for (uint32_t u = 0; u < 20; ++u) {
     const auto needs = s.NeedsAt(u);
     EXPECT_EQ(needs, u < 6 ? PartitionSchedule::Needs::kNothing
-                     : u < 10 ? PartitionSchedule::Needs::kExplore
+                     : u < 11 ? PartitionSchedule::Needs::kExplore
                               : PartitionSchedule::Needs::kVerdict)
         << u;
-    // Warm-up and the start-up size's block, then the candidate's block, then the verdict.
+    // Warm-up and the start-up size's block, then the candidate's block (and the lag), then the verdict.
     EXPECT_EQ(s.GenerationAt(u, true, 1), u < 6 ? 0u : 1u) << u;
-    EXPECT_EQ(s.GenerationAt(u, true, 0), u >= 6 && u < 10 ? 1u : 0u) << u;
+    EXPECT_EQ(s.GenerationAt(u, true, 0), u >= 6 && u < 11 ? 1u : 0u) << u;
     EXPECT_EQ(s.GenerationAt(u, false, 1), 0u) << u;  // not explored: generation 0 throughout
   }
-  const PartitionSchedule one(0, 1);
+  const PartitionSchedule one(0, 1, 0);  // no lag: the issuing use waits itself
+  EXPECT_EQ(one.verdict_issue(), one.verdict_from());
+  EXPECT_EQ(one.NeedsAt(2), PartitionSchedule::Needs::kVerdict);
   EXPECT_EQ(one.GenerationAt(0, true, 0), 0u);
   EXPECT_EQ(one.GenerationAt(1, true, 0), 1u);
   EXPECT_EQ(one.GenerationAt(2, true, 0), 0u);
@@ -192,7 +196,7 @@ planning::Signature Sig(size_t bytes) {
 // tensor gets the same key on both, and the generation left behind retires tensor by tensor.
 TEST(KeyAssignerScheduleTest, EachUseGoesWhereItsUseCountSaysOnEveryWorkerAndTheLoserRetires) {
   auto resolver = planning::KeyAssigner::LocalResolver(2);  // one name service for both workers
-  const PartitionSchedule s(2, 4);
+  const PartitionSchedule s(2, 4, 1);
   for (uint32_t verdict : {0u, 1u}) {
     std::map<std::pair<std::string, uint32_t>, uint64_t> keys;  // (name, use) -> first key
     for (int w = 0; w < 2; ++w) {
@@ -233,13 +237,13 @@ TEST(KeyAssignerScheduleTest, EachUseGoesWhereItsUseCountSaysOnEveryWorkerAndThe
         }
       }
       for (const std::string& name : names) {
-        // Its use 10 (the first final one) retired the other generation's plan, with this
-        // worker's last round there: 6 uses in generation 0 (0-5) and 4 in generation 1 (6-9),
-        // plus, for the verdict's own generation, nothing.
+        // Its use 11 (the first final one) retired the other generation's plan, with this
+        // worker's last round there: 6 uses in generation 0 (0-5), 5 in generation 1 (6-10);
+        // the verdict's own generation stays.
         ASSERT_EQ(retired[name].size(), 1u) << name;
         const planning::Retired& r = retired[name][0];
         EXPECT_EQ(r.plan->generation, 1 - verdict) << name;
-        EXPECT_EQ(r.last_round, verdict == 1 ? 6u : 4u) << name;
+        EXPECT_EQ(r.last_round, verdict == 1 ? 6u : 5u) << name;
       }
     }
   }

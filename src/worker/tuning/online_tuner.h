@@ -62,6 +62,9 @@ inline constexpr int kPartitionWarmup = 2;
 inline constexpr int kPartitionPerVisit = 4;
 inline constexpr int kPartitionPasses = 1;
 inline constexpr int kPartitionSettleIterations = kPartitionWarmup + 2 * kPartitionPerVisit * kPartitionPasses;
+// Uses of each tensor that stay in the candidate's size while worker 0's verdict travel
+// (partition_schedule.h): the partition phase takes kPartitionSettleIterations + this many.
+inline constexpr int kPartitionVerdictLag = 1;
 // The credit phase after a partition phase: no warm-up of its own, one iteration per visit, three
 // passes over the three candidates (the partition phase's samples matter more: its candidates
 // differ by more).

@@ -8,13 +8,17 @@
 //   uses [0, W)        generation 0 (warm-up)
 //   uses [W, W+P)      generation 0, measured
 //   uses [W+P, W+2P)   generation 1 (the candidate), measured -- if exploring was agreed
-//   uses >= W+2P       the agreed verdict (0 or 1)
+//   uses [W+2P, W+2P+L) generation 1 still (L: the verdict's lag, not measured)
+//   uses >= W+2P+L     the agreed verdict (0 or 1)
 // "Exploring" is worker 0's word on whether the model is small enough to sit on the servers in two
 // generations at once; a worker issues that agreement when its first tensor reaches use W and the
 // first use that needs it (W+P) waits for it. The verdict is worker 0's measurement; a worker issues
-// it when its first tensor reaches use W+2P, and that use waits. Without exploring every use stays
-// in generation 0. For a regular training stream use k of every tensor is iteration k, so worker
-// 0's iteration clock measures exactly these blocks.
+// it when its first tensor reaches use W+2P, and the uses from W+2P+L on wait for it. The lag lets
+// the agreement's round trip overlap an iteration (with L = 0 every worker would stop at its first
+// use W+2P until every other got there), and lets a thread that issued it go on to push tensors
+// that the other workers may need before they reach use W+2P themselves. Without exploring every
+// use stays in generation 0. For a regular training stream use k of every tensor is iteration k,
+// so worker 0's iteration clock measures exactly these blocks.
 // Threading: a value type; const methods only.
 #pragma once
 
@@ -27,13 +31,16 @@ class PartitionSchedule {
   // What a use needs agreed before its generation is known.
   enum class Needs { kNothing, kExplore, kVerdict };
 
-  PartitionSchedule(uint32_t warmup, uint32_t per_visit) : warmup_(warmup), per_visit_(per_visit < 1 ? 1 : per_visit) {}
+  PartitionSchedule(uint32_t warmup, uint32_t per_visit, uint32_t lag)
+      : warmup_(warmup), per_visit_(per_visit < 1 ? 1 : per_visit), lag_(lag) {}
 
   // The first use at which a worker issues the explore agreement (its first tensor to get there).
   uint32_t explore_issue() const { return warmup_; }
   uint32_t candidate_from() const { return warmup_ + per_visit_; }
-  // The first use at which a worker issues the verdict agreement, and from which uses run in it.
-  uint32_t verdict_from() const { return warmup_ + 2 * per_visit_; }
+  // The first use at which a worker issues the verdict agreement (its first tensor to get there).
+  uint32_t verdict_issue() const { return warmup_ + 2 * per_visit_; }
+  // The first use that runs in the verdict's generation.
+  uint32_t verdict_from() const { return verdict_issue() + lag_; }
 
   Needs NeedsAt(uint32_t use) const {
     if (use < candidate_from()) return Needs::kNothing;
@@ -50,6 +57,7 @@ class PartitionSchedule {
  private:
   uint32_t warmup_;
   uint32_t per_visit_;
+  uint32_t lag_;
 };
 
 }  // namespace byteps::worker::tuning

@@ -20,7 +20,9 @@
 #include "worker/server_links/server_links.h"
 #include "worker/stages/push_pull_stage.h"
 #include "worker/tuning/online_tuner.h"
+#include "worker/tuning/partition_schedule.h"
 #include "worker/tuning/startup_agreement.h"
+#include "worker/tuning/worker0_agreement.h"
 
 namespace byteps::worker {
 
@@ -208,23 +210,14 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   const pipeline::Pipeline* route = *routed;
   // The tuning's own push_pulls (names under __byteps.tune.) are not iterations of the job.
   const bool internal = r.name.rfind(tuning::kInternalTuningPrefix, 0) == 0;
-  std::unique_lock<std::mutex> serial(tune_mu_, std::defer_lock);
-  if (!internal && tuning_.load(std::memory_order_acquire)) serial.lock();
   std::shared_ptr<pipeline::Operation> op;
   std::optional<size_t> credit;
   {
-    std::unique_lock<std::mutex> lock(plan_mu_);
-    if (online_ && !internal) {
-      OnlineStep step = TuneOnline(assigner_->LocalIndex(r.name), r.bytes);
-      credit = step.credit;
-      if (step.agree) {
-        lock.unlock();
-        BYTEPS_ASSIGN_OR_RETURN(credit, AgreeOnPartition(*step.agree, assigner_->LocalIndex(r.name), r.bytes));
-      }
-    }
+    std::lock_guard<std::mutex> lock(plan_mu_);
+    if (online_ && !internal) credit = TuneOnline(assigner_->LocalIndex(r.name), r.bytes).credit;
   }
-  // Not under plan_mu_: a first use waits for the name service, and unrelated names need not
-  // wait for it (the online tuning serialises user push_pulls through tune_mu_ anyway).
+  // Not under plan_mu_: a first use waits for the name service, and a use in the online tuner's
+  // partition phase may wait for worker 0's word (engine_tuning.cc); unrelated names need not wait.
   planning::Signature sig;
   sig.bytes = r.bytes;
   sig.dtype = r.dtype;
@@ -236,6 +229,13 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   const planning::TensorPlan* plan = begun->plan;
   {
     std::lock_guard<std::mutex> lock(plan_mu_);
+    if (credit_switch_ && !internal) {
+      // The partition phase ended (in this Begin or another thread's): the credit phase starts
+      // with this push_pull.
+      credit = credit_switch_;
+      credit_switch_.reset();
+      if (online_) online_->OnPushPull(assigner_->LocalIndex(r.name), r.bytes, tuning::IterationClock::Clock::now());
+    }
     op = pipeline::MakeOperation(r, *plan, route, &next_task_);
   }
   if (Status st = op->pipeline->Admit(*op); !st.ok()) {

@@ -12,6 +12,7 @@
 // ("bps-dispatch"); replies arrive on transport I/O threads; see each part's header.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <cstdint>
@@ -53,6 +54,7 @@ class HandleTable;
 }
 namespace planning {
 class KeyAssigner;
+struct Placement;
 struct Retired;
 }
 namespace server_links {
@@ -60,6 +62,8 @@ class ServerLinks;
 }
 namespace tuning {
 class OnlineTuner;
+class PartitionSchedule;
+class Worker0Agreement;
 struct StartupOutcome;
 }
 
@@ -82,7 +86,7 @@ class Engine {
   size_t credit_bytes() const;  // 0: no cap
   // The most iterations the online tuning takes (those pushing at least the credit): the
   // partition size's phase, where every worker explores it, then the credit's.
-  static constexpr int kOnlineSettleIterations = 19;
+  static constexpr int kOnlineSettleIterations = 20;
   // The partition size is explored online only for models of at most this many bytes per server
   // (the servers keep each explored generation's last sums).
   static constexpr uint64_t kMaxExploredBytesPerServer = uint64_t{512} << 20;
@@ -126,16 +130,19 @@ class Engine {
   // Connections per server from the start-up probe (unless pinned), opened now; the report's part.
   StatusOr<std::string> WidenLinks(const tuning::StartupOutcome& t);
   // The online tuner's hook for one user push_pull of the tensor with index `index` (under
-  // plan_mu_): may switch the partition generation; a new credit to apply before it; or, at the
-  // end of the partition phase, this worker's verdict (a candidate index) to agree on.
+  // plan_mu_): its measurements, and a new credit to apply before it (at a local iteration
+  // boundary: the credit is this worker's own).
   struct OnlineStep {
     std::optional<size_t> credit;
-    std::optional<size_t> agree;
   };
   OnlineStep TuneOnline(uint32_t index, size_t bytes);  // engine_tuning.cc
-  // Everyone applies worker 0's partition verdict (blocks on an internal push_pull; takes
-  // plan_mu_ itself), then the credit phase starts with this push_pull: the credit to apply.
-  StatusOr<std::optional<size_t>> AgreeOnPartition(size_t mine, uint32_t index, size_t bytes);
+  // The partition phase (tuning/partition_schedule.h): the generation of use `use` of `name`,
+  // waiting (no lock held, BYTEPS_TIMEOUT) for an agreement it needs. The KeyAssigner's scheduler.
+  StatusOr<planning::Placement> PlaceUse(const std::string& name, uint32_t use);
+  // Worker 0's word, once learnt (each applies once, under plan_mu_): the partition is explored or
+  // not; the verdict (a generation). The credit phase starts then.
+  void ApplyExplore(const std::array<int64_t, 5>& agreed);
+  StatusOr<uint32_t> ApplyVerdict(const std::array<int64_t, 5>& agreed);
   // The credit tuner's start (under plan_mu_); null when the credit is pinned or cannot move.
   // per_visit / passes 0: the tuner's defaults.
   std::unique_ptr<tuning::OnlineTuner> MakeCreditTuner(size_t credit, size_t partition, int warmup, int per_visit = 0,
@@ -170,11 +177,15 @@ class Engine {
   bool online_partition_ = false;                    // guarded by plan_mu_: online_ tunes the partition
   std::vector<size_t> partition_candidates_;         // generation g uses [g]
   std::vector<size_t> partition_credits_;            // the credit with each
-  // While online tuning runs, user push_pulls take tune_mu_ for their whole Enqueue, so that the
-  // agreement at the end of the partition phase (which drops plan_mu_ to run its own push_pull)
-  // sees no other user push_pull overtake it.
-  std::atomic<bool> tuning_{false};
-  std::mutex tune_mu_;
+  // The partition phase, set before the first user push_pull when the partition is explored.
+  std::unique_ptr<tuning::PartitionSchedule> schedule_;
+  std::unique_ptr<tuning::Worker0Agreement> explore_;  // worker 0: may the model sit there twice?
+  std::unique_ptr<tuning::Worker0Agreement> verdict_;  // worker 0: which generation stays
+  bool explore_applied_ = false;                       // guarded by plan_mu_
+  std::optional<uint32_t> verdict_applied_;            // guarded by plan_mu_
+  // The credit tuner that a verdict started waits for the next Enqueue to open its first
+  // iteration and apply its credit (guarded by plan_mu_).
+  std::optional<size_t> credit_switch_;
 
   mutable std::mutex mu_;
   Status failure_;          // guarded by mu_

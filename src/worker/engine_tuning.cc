@@ -1,7 +1,9 @@
 // Engine::TuneAtStart: the start-up probe and agreement (tuning/startup_agreement.h) run on the
 // engine's own push_pull, before Start returns, so no user tensor is planned before the partition
 // size is agreed. Engine::TuneOnline: the online tuner (tuning/online_tuner.h) sees every user
-// push_pull until it settles, and moves the credit at iteration boundaries.
+// push_pull until it settles, and moves the credit at iteration boundaries. Engine::PlaceUse: the
+// partition generation of each use of a tensor (tuning/partition_schedule.h), from its use count
+// and worker 0's word, learnt through agreements that never hold a lock while they wait.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,12 +21,14 @@
 #include "worker/planning/key_assigner.h"
 #include "worker/server_links/server_links.h"
 #include "worker/tuning/online_tuner.h"
+#include "worker/tuning/partition_schedule.h"
 #include "worker/tuning/startup_agreement.h"
+#include "worker/tuning/worker0_agreement.h"
 
 namespace byteps::worker {
 
-static_assert(Engine::kOnlineSettleIterations ==
-              tuning::kPartitionSettleIterations + tuning::kOnlineSettleIterationsAfterPartition);
+static_assert(Engine::kOnlineSettleIterations == tuning::kPartitionSettleIterations + tuning::kPartitionVerdictLag +
+                                                     tuning::kOnlineSettleIterationsAfterPartition);
 
 namespace {
 
@@ -55,6 +59,26 @@ class EngineCollective : public tuning::Collective {
   Engine* engine_;
   std::mutex* plan_mu_;
   planning::KeyAssigner* assigner_;
+};
+
+class EngineAsyncCollective : public tuning::AsyncCollective {
+ public:
+  explicit EngineAsyncCollective(Engine* engine) : engine_(engine) {}
+
+  StatusOr<int64_t> Start(const std::string& name, void* data, size_t bytes, DataType dtype) override {
+    TensorRequest r;
+    r.name = name;
+    r.input = data;
+    r.output = data;
+    r.bytes = bytes;
+    r.dtype = dtype;
+    return engine_->Enqueue(r);
+  }
+  Status Wait(int64_t handle, double timeout_s) override { return engine_->Wait(handle, timeout_s); }
+  void Release(int64_t handle) override { engine_->Release(handle); }
+
+ private:
+  Engine* engine_;
 };
 
 // The most one connection moves per round trip: the socket buffer byteps sets
@@ -126,21 +150,29 @@ Status Engine::TuneAtStart() {
       po.per_visit = tuning::kPartitionPerVisit;
       po.passes = tuning::kPartitionPasses;
       po.fastest_half = true;
-      // Agreed by every worker (never a pinned credit): the iteration boundaries must be the same everywhere.
       // An iteration of fewer than 4 of the larger partitions hardly depends on their size.
       po.min_iteration_bytes = 4 * *std::max_element(partition_candidates_.begin(), partition_candidates_.end());
       online_ = std::make_unique<tuning::OnlineTuner>(po);
       online_partition_ = true;
+      for (uint32_t g = 1; g < partition_candidates_.size(); ++g) {
+        BYTEPS_RETURN_IF_ERROR(assigner_->AddGeneration(g, partition_candidates_[g]));
+      }
+      schedule_ = std::make_unique<tuning::PartitionSchedule>(tuning::kPartitionWarmup, tuning::kPartitionPerVisit,
+                                                              tuning::kPartitionVerdictLag);
+      explore_ = std::make_unique<tuning::Worker0Agreement>("__byteps.tune.online.explore", rank_ == 0,
+                                                            config_.op_timeout_s);
+      verdict_ = std::make_unique<tuning::Worker0Agreement>("__byteps.tune.partition", rank_ == 0,
+                                                            config_.op_timeout_s);
+      assigner_->set_scheduler([this](const std::string& name, uint32_t use) { return PlaceUse(name, use); });
       online = fmt::format("; the online tuner explores partitions of {} and {} bytes over {} iterations, then the "
                            "credit over {}",
-                           partition_candidates_[0], partition_candidates_[1], online_->settle_iterations(),
+                           partition_candidates_[0], partition_candidates_[1], schedule_->verdict_from(),
                            tuning::kOnlineSettleIterationsAfterPartition);
     } else if (auto tuner = MakeCreditTuner(t.credit_bytes.value, t.partition_bytes.value, 2)) {
       online = fmt::format("; the online tuner explores the credit over the first {} iterations",
                            tuner->settle_iterations());
       online_ = std::move(tuner);
     }
-    tuning_.store(online_ != nullptr, std::memory_order_release);
   }
   std::lock_guard<std::mutex> lock(mu_);
   credit_bytes_ = t.credit_bytes.value;
@@ -196,38 +228,13 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
   OnlineStep step;
   std::optional<size_t> value = online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());
   if (online_partition_) {
-    if (online_->settled()) {
-      const size_t mine = static_cast<size_t>(
-          std::find(partition_candidates_.begin(), partition_candidates_.end(), online_->current()) -
-          partition_candidates_.begin());
-      step.agree = mine;
-    } else if (value) {
-      const auto g = static_cast<uint32_t>(
+    // The keys follow each tensor's own uses (PlaceUse); the credit follows this worker's
+    // iterations, so that each candidate runs with its own bytes in flight. Settled: worker 0's
+    // measurement waits for the verdict's agreement.
+    if (value && !online_->settled()) {
+      const auto g = static_cast<size_t>(
           std::find(partition_candidates_.begin(), partition_candidates_.end(), *value) - partition_candidates_.begin());
-      // Every generation explored keeps its last sums on the servers until the partition size
-      // settles (then the servers free the ones left behind): a model too large for that keeps
-      // the start-up size (the same verdict everywhere: the bytes come
-      // from the declarations).
-      const uint64_t limit = kMaxExploredBytesPerServer * static_cast<uint64_t>(std::max(1, config_.num_servers));
-      if (g != 0 && assigner_->generation() == 0 && assigner_->known_bytes() > limit) {
-        BYTEPS_LOG(Info, "the partition size is not explored online: the model's {} MiB would stay on the servers "
-                   "a second time (more than {} MiB per server)", assigner_->known_bytes() >> 20,
-                   kMaxExploredBytesPerServer >> 20);
-        online_ = MakeCreditTuner(partition_credits_[0], partition_candidates_[0], 0,
-                                  tuning::kCreditAfterPartitionPerVisit, tuning::kCreditAfterPartitionPasses);
-        online_partition_ = false;
-        tuning_.store(online_ != nullptr, std::memory_order_release);
-        if (online_) online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());
-        return step;
-      }
-      if (Status st = assigner_->UseGeneration(g, *value); !st.ok()) {
-        // Every worker meets the same error at the same boundary: all stay where they are.
-        BYTEPS_LOG(Warning, "online tuning of the partition size stopped: {}", st.message());
-        online_.reset();
-        tuning_.store(false, std::memory_order_release);
-        return step;
-      }
-      step.credit = partition_credits_[g];
+      if (g < partition_credits_.size()) step.credit = partition_credits_[g];
     }
     return step;
   }
@@ -236,7 +243,6 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
   const size_t settled = online_->current();
   const std::string verdict = online_->report();
   online_.reset();
-  tuning_.store(false, std::memory_order_release);
   std::lock_guard<std::mutex> lock(mu_);
   credit_bytes_ = settled;
   settings_report_ += fmt::format("; online: credit {} bytes: {}", settled, verdict);
@@ -245,18 +251,66 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
   return step;
 }
 
-StatusOr<std::optional<size_t>> Engine::AgreeOnPartition(size_t mine, uint32_t index, size_t bytes) {
-  std::string report;
-  {
-    std::lock_guard<std::mutex> lock(plan_mu_);
-    report = online_->report();
+StatusOr<planning::Placement> Engine::PlaceUse(const std::string& name, uint32_t use) {
+  using Needs = tuning::PartitionSchedule::Needs;
+  if (name.rfind(tuning::kInternalTuningPrefix, 0) == 0) return planning::Placement{};
+  EngineAsyncCollective c(this);
+  const Needs needs = schedule_->NeedsAt(use);
+  if (use >= schedule_->explore_issue()) {
+    // Worker 0's word: both generations' keys may sit on the servers while the candidate is
+    // measured, unless the model is too large for that (its declarations so far: for a training
+    // loop, every gradient by its second iteration).
+    explore_->Issue(c, [this] {
+      const uint64_t limit = kMaxExploredBytesPerServer * static_cast<uint64_t>(std::max(1, config_.num_servers));
+      const uint64_t known = assigner_->known_bytes();
+      return tuning::SharedVector{0, known <= limit ? 1 : 0, static_cast<int64_t>(known >> 20),
+                                  static_cast<int64_t>(limit >> 20), 0};
+    });
   }
-  EngineCollective collective(this, &plan_mu_, assigner_.get());
-  auto agreed = tuning::ShareFromWorker0(collective, "__byteps.tune.partition", rank_ == 0,
-                                         {0, static_cast<int64_t>(mine),
-                                          static_cast<int64_t>(partition_candidates_.at(mine)), 0});
-  if (!agreed.ok()) return agreed.status().WithContext("online tuning of the partition size");
-  const tuning::SharedVector& v = agreed.value();
+  if (needs == Needs::kNothing) return planning::Placement{};
+  BYTEPS_ASSIGN_OR_RETURN(tuning::SharedVector explore, explore_->Get(c, name));
+  ApplyExplore(explore);
+  if (explore[1] == 0) return planning::Placement{};
+  if (use >= schedule_->verdict_issue()) verdict_->Issue(c, [this] {
+    // Worker 0's measurement: for a regular training stream its iteration clock closed the
+    // candidate's last block just now (iteration k is every tensor's use k). A stream whose
+    // iterations do not line up with the uses has not filled them: it keeps the start-up size.
+    std::lock_guard<std::mutex> lock(plan_mu_);
+    tuning::SharedVector v{0, 0, static_cast<int64_t>(partition_candidates_[0]), 0, 0};
+    if (online_ && online_partition_ && online_->settled()) {
+      v[1] = std::find(partition_candidates_.begin(), partition_candidates_.end(), online_->current()) -
+             partition_candidates_.begin();
+      v[2] = static_cast<int64_t>(online_->current());
+      v[3] = 1;
+    }
+    return v;
+  });
+  if (needs == Needs::kExplore) return planning::Placement{1, false};
+  BYTEPS_ASSIGN_OR_RETURN(tuning::SharedVector verdict, verdict_->Get(c, name));
+  BYTEPS_ASSIGN_OR_RETURN(uint32_t g, ApplyVerdict(verdict));
+  return planning::Placement{g, true};
+}
+
+void Engine::ApplyExplore(const tuning::SharedVector& agreed) {
+  std::lock_guard<std::mutex> lock(plan_mu_);
+  if (explore_applied_) return;
+  explore_applied_ = true;
+  if (agreed[1] != 0) return;
+  // The partition phase ends here: every use stays in generation 0, and the credit is explored.
+  const std::string why = fmt::format("not explored online: the model's {} MiB would stay on the servers a second "
+                                      "time (more than {} MiB; worker 0's declarations)",
+                                      agreed[2], agreed[3]);
+  BYTEPS_LOG(Info, "the partition size is {}", why);
+  online_partition_ = false;
+  online_ = MakeCreditTuner(partition_credits_[0], partition_candidates_[0], 0, tuning::kCreditAfterPartitionPerVisit,
+                            tuning::kCreditAfterPartitionPasses);
+  credit_switch_ = partition_credits_[0];
+  std::lock_guard<std::mutex> report(mu_);
+  credit_bytes_ = partition_credits_[0];
+  settings_report_ += fmt::format("; online: partition {} bytes: {}", partition_candidates_[0], why);
+}
+
+StatusOr<uint32_t> Engine::ApplyVerdict(const tuning::SharedVector& v) {
   if (v[1] < 0 || static_cast<size_t>(v[1]) >= partition_candidates_.size() ||
       partition_candidates_[static_cast<size_t>(v[1])] != static_cast<size_t>(v[2])) {
     return Precondition(fmt::format("online tuning of the partition size: worker 0 chose candidate {} ({} bytes), "
@@ -265,38 +319,37 @@ StatusOr<std::optional<size_t>> Engine::AgreeOnPartition(size_t mine, uint32_t i
   }
   const auto g = static_cast<uint32_t>(v[1]);
   const size_t partition = partition_candidates_[g];
-  size_t credit = partition_credits_[g];
-  std::string next;
+  const size_t credit = partition_credits_[g];
+  std::string report, next;
   {
     std::lock_guard<std::mutex> lock(plan_mu_);
-    BYTEPS_RETURN_IF_ERROR(assigner_->UseGeneration(g, partition));
+    if (verdict_applied_) return *verdict_applied_;
+    verdict_applied_ = g;
+    report = v[3] != 0 && online_ && online_partition_ && online_->settled()
+                 ? online_->report()
+                 : "its iterations did not fill the blocks of uses (an irregular stream)";
     online_partition_ = false;
     online_ = MakeCreditTuner(credit, partition, 0, tuning::kCreditAfterPartitionPerVisit,
                               tuning::kCreditAfterPartitionPasses);
-    if (online_) {
-      online_->OnPushPull(index, bytes, tuning::IterationClock::Clock::now());  // it opens the first iteration
-      next = fmt::format("; the credit is explored over the next {} iterations", online_->settle_iterations());
-    }
-    tuning_.store(online_ != nullptr, std::memory_order_release);
+    credit_switch_ = credit;
+    if (online_) next = fmt::format("; the credit is explored over the next {} iterations", online_->settle_iterations());
   }
-  // The other candidates' generations get no new rounds: what the pipelines hold for their keys
-  // (device tensors' pinned staging) goes once their last rounds are done, and so does what the
-  // servers hold for them.
-  // The servers free the keys of those generations once every worker released them.
+  // The other candidates' generations get no new rounds once each tensor reaches the verdict: the
+  // pipelines' buffers for them (device tensors' pinned staging) go once their last rounds are
+  // done; each tensor's keys there retire as it moves (planning/key_assigner.h), and the servers
+  // free them once every worker released them.
   for (uint32_t other = 0; other < partition_candidates_.size(); ++other) {
-    if (other == g) continue;
-    pipelines_->RetireGeneration(other);
-    ReleaseRetired(assigner_->RetireGeneration(other));
+    if (other != g) pipelines_->RetireGeneration(other);
   }
   const std::string verdict = fmt::format(
       "{} (worker 0's measurement: {}){}", g == 0 ? "kept the start-up choice" : "measured faster than the start-up choice",
-      rank_ == 0 ? report : "shared through the servers", next);
+      rank_ != 0 ? "shared through the servers" : report, next);
   std::lock_guard<std::mutex> lock(mu_);
   credit_bytes_ = credit;
   settings_report_ += fmt::format("; online: partition {} bytes, credit {} bytes: {}", partition, credit, verdict);
   BYTEPS_LOG(Info, "partition settled: {} bytes, credit {} bytes: {}", partition, credit, verdict);
   RecordSettings(partition);
-  return std::optional<size_t>(credit);
+  return g;
 }
 
 std::string Engine::settings_report() const {

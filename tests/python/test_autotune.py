@@ -232,3 +232,44 @@ if rank == 0:  # its own record goes with its engine
         assert "partition" in line.group(3) and "; online: credit" in line.group(3), line.group(3)
     after = out.split("AFTER-BEGIN\n", 1)[1].split("AFTER-END", 1)[0]
     assert "Chosen settings" in after and "worker 0 (pid" not in after, after
+
+
+# Eight threads per worker, each push_pulling its own tensor at its own pace (another order and
+# other pauses on each worker, so the workers' iteration boundaries differ), past the whole
+# partition phase: each use of a tensor goes to the same keys on every worker (its own use count
+# picks the partition size), the sums are exact, and both workers apply worker 0's verdict.
+THREADS = """
+import random, sys, threading, time
+import numpy as np
+import byteps.numpy as bps
+bps.init()
+rank, n = bps.rank(), bps.size()
+bad = []
+def run(t):
+    mine = t if rank == 0 else 7 - t
+    rng = random.Random(31 * rank + t)
+    size = 100000 + 37000 * mine
+    for use in range(14):
+        time.sleep(rng.uniform(0, 0.004))
+        x = np.full(size, rank + mine + use, dtype=np.int64)
+        got = bps.push_pull(x, average=False, name=f"thread.{mine}")
+        if not np.all(got == n * (mine + use) + n * (n - 1) // 2):
+            bad.append((mine, use))
+threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+print("MISMATCH", bad if bad else "ALL OK", flush=True)
+bps.shutdown()
+"""
+
+
+def test_threads_whose_streams_differ_cross_the_partition_phase_with_exact_sums(run_job):
+    result = run_job(2, 2, THREADS, env={"BYTEPS_LOG_LEVEL": "INFO"}, timeout=120)
+    assert result.returncode == 0 and result.stdout.count("MISMATCH ALL OK") == 2, result
+    started = {int(m.group(1)) for m in ONLINE_START.finditer(result.output)}
+    chosen = {int(m.group(1)): int(m.group(2)) for m in PARTITION_SETTLED.finditer(result.output)}
+    assert started == {0, 1} and sorted(chosen) == [0, 1], result.output
+    assert chosen[0] == chosen[1], chosen
+    assert "DEADLINE_EXCEEDED" not in result.output, result.output

@@ -99,7 +99,9 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Begin(const std::string& name, const S
 
 StatusOr<KeyAssigner::Begun> KeyAssigner::Acquire(const std::string& name, const Signature& sig, bool op) {
   Begun out;
-  protocol::NameRequest req;
+  uint32_t use = 0;
+  uint32_t g = 0;
+  Scheduler scheduler;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Name& n = NameLocked(name);
@@ -119,43 +121,86 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Acquire(const std::string& name, const
       ++n.incarnation;
       n.index.reset();
       n.move_next = false;
+      n.uses = 0;
+      n.final.reset();
     }
     if (!n.sig || move) {
       known_bytes_ -= n.sig ? n.sig->bytes : 0;
       known_bytes_ += sig.bytes;
       n.sig = sig;
     }
-    if (auto it = n.plans.find(current_); it != n.plans.end()) {
+    g = current_;
+    if (!op) {
+      // A declaration plans the name once (any generation's plan gives its index).
+      if (auto it = n.plans.find(g); it != n.plans.end()) out.plan = it->second;
+      else if (!n.plans.empty()) out.plan = n.plans.begin()->second;
+      if (out.plan) return out;
+    } else {
+      // In flight from here: its incarnation stays while it waits for its placement and plan.
+      ++n.in_flight;
+      ++n.placing;
+      use = n.uses++;
+      scheduler = scheduler_;
+    }
+  }
+  bool final = false;
+  if (scheduler) {
+    auto placed = scheduler(name, use);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (placed.ok() && placed->generation >= gens_.size()) {
+      placed = Internal(fmt::format("use {} of tensor '{}' was placed in partition generation {}, which does not exist",
+                                    use, name, placed->generation));
+    }
+    if (!placed.ok()) {
+      Name& n = NameLocked(name);
+      --n.in_flight;
+      --n.placing;
+      return placed.status().WithContext(fmt::format("placing use {} of tensor '{}'", use, name));
+    }
+    g = placed->generation;
+    final = placed->final;
+  }
+  return Place(name, sig, op, g, final, std::move(out));
+}
+
+StatusOr<KeyAssigner::Begun> KeyAssigner::Place(const std::string& name, const Signature& sig, bool op, uint32_t g,
+                                                bool final, Begun out) {
+  protocol::NameRequest req;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Name& n = NameLocked(name);
+    if (auto it = n.plans.find(g); it != n.plans.end()) {
       out.plan = it->second;
-      if (op) {
-        ++n.in_flight;
-        ++rounds_[out.plan->declared_key];
-      }
+      if (op) Placed(n, *out.plan, final, &out.retired);
       return out;
     }
-    ++n.in_flight;  // while resolving: another signature must wait for this one
+    if (!op) ++n.in_flight;  // while resolving: another signature must wait for this one
     req.name = name;
     req.incarnation = n.incarnation;
-    req.generation = current_;
+    req.generation = g;
     req.sized = true;
     req.bytes = sig.bytes;
     req.dtype = static_cast<int>(sig.dtype);
-    req.partition_bytes = gens_[current_];
+    req.partition_bytes = gens_[g];
   }
   auto resolved = resolve_(req);
   std::lock_guard<std::mutex> lock(mu_);
   Name& n = NameLocked(name);
-  if (!op || !resolved.ok()) --n.in_flight;
-  if (!resolved.ok()) return resolved.status().WithContext(fmt::format("planning tensor '{}'", name));
+  const auto fail = [&](Status st) {
+    --n.in_flight;
+    if (op) --n.placing;
+    return st;
+  };
+  if (!resolved.ok()) return fail(resolved.status().WithContext(fmt::format("planning tensor '{}'", name)));
   const protocol::NamePlan& np = *resolved;
   if (!np.sized || np.bytes != sig.bytes || np.name != name || np.incarnation != req.incarnation ||
       np.generation != req.generation) {
-    if (op) --n.in_flight;
-    return Internal(fmt::format("the name service answered tensor '{}' (incarnation {}, generation {}, {} bytes) "
-                                "with a plan of '{}' (incarnation {}, generation {}, {} bytes)",
-                                name, req.incarnation, req.generation, sig.bytes, np.name, np.incarnation,
-                                np.generation, np.bytes));
+    return fail(Internal(fmt::format("the name service answered tensor '{}' (incarnation {}, generation {}, {} bytes) "
+                                     "with a plan of '{}' (incarnation {}, generation {}, {} bytes)",
+                                     name, req.incarnation, req.generation, sig.bytes, np.name, np.incarnation,
+                                     np.generation, np.bytes)));
   }
+  if (!op) --n.in_flight;
   auto [it, added] = n.plans.try_emplace(req.generation, nullptr);
   if (added) {  // else another thread stored the same answer first
     TensorPlan p;
@@ -163,6 +208,7 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Acquire(const std::string& name, const
     p.index = np.index;
     p.declared_key = np.declared_key;
     p.incarnation = np.incarnation;
+    p.generation = np.generation;
     p.bytes = np.bytes;
     p.dtype = sig.dtype;
     for (const protocol::NamePartition& x : np.partitions) {
@@ -173,8 +219,27 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Acquire(const std::string& name, const
   }
   n.index = np.index;
   out.plan = it->second;
-  if (op) ++rounds_[out.plan->declared_key];
+  if (op) Placed(n, *out.plan, final, &out.retired);
   return out;
+}
+
+void KeyAssigner::Placed(Name& n, const TensorPlan& plan, bool final, std::vector<Retired>* retired) {
+  ++rounds_[plan.declared_key];
+  --n.placing;
+  if (final) n.final = plan.generation;
+  // Every use before the final one has its round counted: the other generations' plans retire,
+  // with this worker's last round of each.
+  if (!n.final || n.placing > 0) return;
+  for (auto it = n.plans.begin(); it != n.plans.end();) {
+    if (it->first == *n.final) {
+      ++it;
+      continue;
+    }
+    auto r = rounds_.find(it->second->declared_key);
+    retired->push_back({it->second, r == rounds_.end() ? 0 : r->second});
+    if (r != rounds_.end()) rounds_.erase(r);
+    it = n.plans.erase(it);
+  }
 }
 
 void KeyAssigner::Abandon(const TensorPlan& plan) {
@@ -225,8 +290,7 @@ uint64_t KeyAssigner::known_bytes() const {
   return known_bytes_;
 }
 
-Status KeyAssigner::UseGeneration(uint32_t g, size_t partition_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+Status KeyAssigner::DefineLocked(uint32_t g, size_t partition_bytes) {
   if (g >= kMaxGenerations) {
     return InvalidArgument(fmt::format("partition generation {} (at most {})", g, kMaxGenerations));
   }
@@ -240,8 +304,24 @@ Status KeyAssigner::UseGeneration(uint32_t g, size_t partition_bytes) {
   } else {
     gens_.push_back(partition_bytes);
   }
+  return Status::Ok();
+}
+
+Status KeyAssigner::AddGeneration(uint32_t g, size_t partition_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return DefineLocked(g, partition_bytes);
+}
+
+Status KeyAssigner::UseGeneration(uint32_t g, size_t partition_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  BYTEPS_RETURN_IF_ERROR(DefineLocked(g, partition_bytes));
   current_ = g;
   return Status::Ok();
+}
+
+void KeyAssigner::set_scheduler(Scheduler scheduler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  scheduler_ = std::move(scheduler);
 }
 
 }  // namespace byteps::worker::planning

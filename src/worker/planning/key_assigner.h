@@ -15,7 +15,11 @@
 //
 // Generations: a generation is one partition size; the online tuner adds them (engine_tuning.cc).
 // A tensor's plan in a generation is agreed through the resolver on its first use there. Plans
-// never move or go away: an operation in flight keeps the plan it started with.
+// never move or go away: an operation in flight keeps the plan it started with. Which generation
+// an operation uses is the scheduler's answer for its use number (counted per name and
+// incarnation from 0, the same on every worker), or without a scheduler the current generation.
+// Once the scheduler calls a use final, the name's plans in other generations retire as soon as
+// every earlier use has its round counted (Begun::retired).
 //
 // Threading: all methods are thread-safe. The resolver is called without the lock held (several
 // threads may resolve unrelated names at once) and may block (bounded by its own deadline).
@@ -53,6 +57,7 @@ struct TensorPlan {
   uint32_t index = 0;         // the name service's index of (name, incarnation)
   uint32_t declared_key = 0;  // MakeDeclaredKey(generation, index): the keys' high bits
   uint32_t incarnation = 0;
+  uint32_t generation = 0;    // its partition generation
   size_t bytes = 0;
   DataType dtype = DataType::kFloat32;
   std::vector<PartitionPlan> partitions;
@@ -84,9 +89,19 @@ struct Retired {
   uint32_t last_round = 0;
 };
 
+// Where one use of a name goes.
+struct Placement {
+  uint32_t generation = 0;
+  // From this use on, the name's current incarnation uses only this generation.
+  bool final = false;
+};
+
 class KeyAssigner {
  public:
   using Resolver = std::function<StatusOr<protocol::NamePlan>(const protocol::NameRequest&)>;
+  // Places use `use` of `name` (an online tuner's schedule): called for every operation without
+  // the lock held; it may block (bounded by its own deadline). Its errors fail that Begin.
+  using Scheduler = std::function<StatusOr<Placement>(const std::string& name, uint32_t use)>;
   // `resolve` answers the name service's requests; `partition_bytes` is generation 0's size.
   KeyAssigner(Resolver resolve, size_t partition_bytes);
   // A resolver over a NamePlanner of this process's own (no scheduler).
@@ -104,9 +119,10 @@ class KeyAssigner {
     const TensorPlan* plan = nullptr;
     std::vector<Retired> retired;  // the name moved to a new incarnation: release these
   };
-  // One operation of `name` with `sig` starts in the current generation: picks the incarnation
-  // (rules above), resolves its plan on first use, and counts the operation in flight and its
-  // round. Errors name the tensor. Every Begin is followed by End, or Abandon if not submitted.
+  // One operation of `name` with `sig` starts: picks the incarnation (rules above) and the
+  // generation (the scheduler's, else the current one), resolves its plan on first use there, and
+  // counts the operation in flight and its round. Errors name the tensor. Every Begin is followed
+  // by End, or Abandon if not submitted.
   StatusOr<Begun> Begin(const std::string& name, const Signature& sig);
   void Abandon(const TensorPlan& plan);
   // The operation completed with `st` (its last partition is done).
@@ -121,6 +137,10 @@ class KeyAssigner {
   // generation keeps its size. Errors: g >= kMaxGenerations, a size that does not match the
   // existing generation, or a generation that skips one (nothing changes then).
   Status UseGeneration(uint32_t g, size_t partition_bytes);
+  // Defines generation `g` (same rules) without making it current: for a scheduler's placements.
+  Status AddGeneration(uint32_t g, size_t partition_bytes);
+  // Set before the first operation; operations then take their generation from it.
+  void set_scheduler(Scheduler scheduler);
   uint32_t generation() const;
   // The bytes of every name's current signature (one generation's share of the servers' memory).
   uint64_t known_bytes() const;
@@ -134,8 +154,16 @@ class KeyAssigner {
     bool move_next = false;                        // an agreed failure: the next use moves on
     std::optional<uint32_t> index;                 // the current incarnation's index, once known
     std::map<uint32_t, const TensorPlan*> plans;   // the current incarnation's, by generation
+    uint32_t uses = 0;                             // the current incarnation's operations begun
+    int placing = 0;                               // of those, still waiting for placement or plan
+    std::optional<uint32_t> final;                 // the generation a final placement settled on
   };
   StatusOr<Begun> Acquire(const std::string& name, const Signature& sig, bool op);
+  // The rest of Acquire once the generation is known.
+  StatusOr<Begun> Place(const std::string& name, const Signature& sig, bool op, uint32_t g, bool final, Begun out);
+  // An operation's plan is known (under mu_): counts its round; retires the other generations once final.
+  void Placed(Name& n, const TensorPlan& plan, bool final, std::vector<Retired>* retired);
+  Status DefineLocked(uint32_t g, size_t partition_bytes);
   Name& NameLocked(const std::string& name);
   std::vector<Retired> RetireLocked(Name& n);
 
@@ -146,6 +174,7 @@ class KeyAssigner {
   std::unordered_map<uint32_t, uint32_t> rounds_;    // by declared key: operations begun
   std::vector<size_t> gens_;                         // partition bytes by generation
   uint32_t current_ = 0;
+  Scheduler scheduler_;
   uint64_t known_bytes_ = 0;
 };
 

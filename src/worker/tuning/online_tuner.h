@@ -13,12 +13,12 @@
 // settle_iterations() of them in a row the tuner settles on the model's value.
 //
 // A new value applies from the next iteration's first push_pull, never in the middle of one.
-// Every worker runs the same schedule on the same iteration boundaries (the boundaries come from
-// the push_pull stream, which is the same everywhere), so the candidates are measured in
-// lockstep. The credit is each worker's own (a cap on its bytes in flight): each keeps its own
-// verdict. The partition size fixes the key layout on the servers: its candidates are given
-// explicitly (`values`), every worker switches at the same boundaries, and the engine makes
-// everyone apply worker 0's verdict (engine_tuning.cc).
+// The credit is each worker's own (a cap on its bytes in flight): each keeps its own verdict, on
+// its own iteration boundaries. The partition size fixes the key layout on the servers, and
+// iteration boundaries differ between workers whose threads push in other orders: its candidates
+// are given explicitly (`values`), the keys follow each tensor's own use count instead
+// (partition_schedule.h), and this tuner only measures worker 0's iterations for the verdict that
+// everyone applies (engine_tuning.cc).
 // Threading: not thread-safe; the engine calls it under its planning lock.
 #pragma once
 
@@ -62,6 +62,9 @@ inline constexpr int kPartitionWarmup = 2;
 inline constexpr int kPartitionPerVisit = 4;
 inline constexpr int kPartitionPasses = 1;
 inline constexpr int kPartitionSettleIterations = kPartitionWarmup + 2 * kPartitionPerVisit * kPartitionPasses;
+// Uses of each tensor that stay in the candidate's size while worker 0's verdict travel
+// (partition_schedule.h): the partition phase takes kPartitionSettleIterations + this many.
+inline constexpr int kPartitionVerdictLag = 1;
 // The credit phase after a partition phase: no warm-up of its own, one iteration per visit, three
 // passes over the three candidates (the partition phase's samples matter more: its candidates
 // differ by more).

@@ -19,19 +19,22 @@ double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 }  // namespace
 
+Status CheckSharedFromWorker0(const std::string& name, const SharedVector& v) {
+  if (v[0] == kSettingsVersion) return Status::Ok();
+  return Precondition(fmt::format(
+      "settings ('{}'): expected version {} from worker 0, the sum says {}: {}", name, kSettingsVersion, v[0],
+      v[0] == 0                ? "no worker acts as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
+      : v[0] > kSettingsVersion ? "several workers act as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
+                                : "the workers run different byteps versions"));
+}
+
 StatusOr<SharedVector> ShareFromWorker0(Collective& c, const std::string& name, bool is_rank0,
                                         const SharedVector& mine) {
   SharedVector v{};
   if (is_rank0) v = mine;
   v[0] = is_rank0 ? kSettingsVersion : 0;
   BYTEPS_RETURN_IF_ERROR(c.PushPull(name, v.data(), sizeof(v), DataType::kInt64));
-  if (v[0] != kSettingsVersion) {
-    return Precondition(fmt::format(
-        "settings ('{}'): expected version {} from worker 0, the sum says {}: {}", name, kSettingsVersion, v[0],
-        v[0] == 0                ? "no worker acts as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
-        : v[0] > kSettingsVersion ? "several workers act as worker 0 (check DMLC_WORKER_ID / BYTEPS_GLOBAL_RANK)"
-                                  : "the workers run different byteps versions"));
-  }
+  BYTEPS_RETURN_IF_ERROR(CheckSharedFromWorker0(name, v));
   return v;
 }
 

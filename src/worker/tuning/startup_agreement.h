@@ -58,6 +58,8 @@ inline constexpr int64_t kSettingsVersion = 2;
 using SharedVector = std::array<int64_t, 5>;
 StatusOr<SharedVector> ShareFromWorker0(Collective& c, const std::string& name, bool is_rank0,
                                         const SharedVector& mine);
+// The check of such a sum: exactly one worker 0, of this version.
+Status CheckSharedFromWorker0(const std::string& name, const SharedVector& sum);
 
 struct StartupOptions {
   bool is_rank0 = false;

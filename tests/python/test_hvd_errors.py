@@ -60,6 +60,31 @@ def test_horovods_names_and_positional_order():
         hvd_common.ProcessSet(["a"])
 
 
+@pytest.mark.usefixtures("require_core")
+def test_nccl_built_is_a_real_version_code_or_zero():
+    """Horovod-style gates read nccl_built() as NCCL's version code ("NCCL alltoall needs >= 2700");
+    a core with NCCL groups must not answer 1 just because torch is CPU-only."""
+    import ctypes
+    import subprocess
+    from pathlib import Path
+
+    import byteps
+
+    core = Path(byteps.__file__).resolve().parent / "_bin" / "byteps-core"
+    info = subprocess.run([str(core), "info"], capture_output=True, text=True, timeout=60).stdout
+    if "gpu groups: nccl" not in info:
+        assert hvd.nccl_built() == 0
+        return
+    try:  # what libnccl itself says, asked independently of byteps
+        lib, code = ctypes.CDLL("libnccl.so.2"), ctypes.c_int(0)
+        assert lib.ncclGetVersion(ctypes.byref(code)) == 0
+    except OSError:
+        pytest.skip("this core has NCCL groups but libnccl.so.2 cannot be loaded here, so its version is unknown")
+    got = hvd.nccl_built()
+    assert got == code.value or got >= 2700, f"nccl_built()={got}, libnccl says {code.value}"
+    assert got >= 2000, f"nccl_built()={got} is not an NCCL version code"
+
+
 def test_attrs_string_names_what_must_agree():
     import torch
     s = hvd_common.call_attrs("allreduce", torch.zeros(2, 3), reduce="Sum", pre=1.0, post=0.5)

@@ -68,3 +68,23 @@ finish()
 def test_distributed_optimizer_takes_horovods_arguments(run_job):
     result = run_job(2, 1, SCRIPT, timeout=200)
     assert result.returncode == 0 and result.stdout.count("ALL OK") == 2, result
+
+
+def test_bad_named_parameters_are_a_value_error_before_init():
+    """Horovod validates named_parameters first, so a script that builds its optimizer before
+    hvd.init() learns of duplicate or missing names as ValueError, not as "not initialized"."""
+    import torch
+
+    import byteps.torch as hvd
+
+    if hvd.is_initialized():
+        pytest.skip("this process has a byteps job running (another test left it); the check needs none")
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(list(a.parameters()) + list(b.parameters()), lr=0.1)
+    dup = list(a.named_parameters()) + list(b.named_parameters())  # 'weight' and 'bias' twice
+    with pytest.raises(ValueError, match="must be unique. Found duplicates: bias, weight"):
+        hvd.DistributedOptimizer(opt, named_parameters=dup)
+    with pytest.raises(ValueError, match="not in it"):
+        hvd.DistributedOptimizer(opt, named_parameters=list(a.named_parameters()))
+    with pytest.raises(ValueError, match="sequence of tuples"):
+        hvd.DistributedOptimizer(opt, named_parameters=[["w", a.weight]])

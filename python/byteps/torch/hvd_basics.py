@@ -4,7 +4,8 @@ Build queries describe byteps, which is neither an MPI nor a Gloo build: ``mpi_b
 ``mpi_enabled`` / ``gloo_built`` / ``gloo_enabled`` are False (``mpi_threads_supported`` raises
 ValueError, as a non-MPI Horovod does), ``ccl_built`` / ``ddl_built`` / ``rocm_built`` are False,
 ``cuda_built`` says whether the core was built with CUDA, and ``nccl_built`` is non-zero when the
-core was built with NCCL groups (the NCCL version code torch reports, else 1), 0 otherwise.
+core was built with NCCL groups (the NCCL version code from torch, else from libnccl, else 1), 0
+otherwise.
 
 There is no timeline yet: ``start_timeline`` raises ValueError (Horovod's error when no timeline
 was enabled at init), ``stop_timeline`` is a no-op (nothing is running); both raise ValueError
@@ -13,6 +14,7 @@ before init, as Horovod's.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import subprocess
 from pathlib import Path
@@ -111,15 +113,31 @@ def _core_says_nccl() -> bool:
     return line.split(":", 1)[-1].strip() == "nccl"
 
 
+def _nccl_library_version() -> int:
+    """``ncclGetVersion`` of the libnccl.so.2 the loader finds (the library the core opens at run
+    time; the call needs no GPU), or 0 when it cannot be loaded."""
+    try:
+        lib = ctypes.CDLL("libnccl.so.2")
+        code = ctypes.c_int(0)
+        if lib.ncclGetVersion(ctypes.byref(code)) != 0:
+            return 0
+    except (OSError, AttributeError):
+        return 0
+    return int(code.value)
+
+
 def nccl_built() -> int:
-    """NCCL's version code (e.g. 21803) when the core has NCCL groups, 0 when not (1 when the
-    version cannot be learnt from torch)."""
+    """NCCL's version code (e.g. 21803, as Horovod's) when the core has NCCL groups, 0 when not.
+
+    The code comes from torch when it has NCCL, else from libnccl itself; only when neither can
+    tell is it 1.  (A CPU-only torch with a core built with NCCL used to give 1 always, which
+    Horovod-style version gates read as "NCCL older than 2.7" and so skipped alltoall.)"""
     if not _core_says_nccl():
         return 0
     try:
         major, minor, patch = torch.cuda.nccl.version()
     except Exception:  # noqa: BLE001 - a CPU-only torch has no NCCL to ask
-        return 1
+        return _nccl_library_version() or 1
     return major * 10000 + minor * 100 + patch if (major, minor) >= (2, 9) else major * 1000 + minor * 100 + patch
 
 

@@ -51,6 +51,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  process_set=global_process_set):
         self._bps_base.__init__(self, params)
         self._compression = compression
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        # named_parameters first, as Horovod checks them: a bad list is a ValueError even before init().
+        self._parameter_names, order = parameter_names(named_parameters, all_params, "DistributedOptimizer")
         # Horovod's op and gradient_predivide_factor (optimizer_args.resolve): Sum adds the
         # gradients; Average divides the sum by the number of workers, in two steps with a
         # predivide factor f (1/f before, f/size after, which keeps float16 sums in range);
@@ -63,8 +66,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._postscale = self._reduction.postscale
         self._sparse_as_dense = bool(sparse_as_dense)
         self._synchronized = False
-        all_params = [p for group in self.param_groups for p in group["params"]]
-        self._parameter_names, order = parameter_names(named_parameters, all_params, "DistributedOptimizer")
         self._priority = priorities(order)
         self.backward_passes_per_step = backward_passes_per_step
         # Every parameter gets a counter (BytePS built them from named_parameters only, quirk §11.11).

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -32,14 +33,28 @@ NameClient::~NameClient() {
   if (c) c->Close(Aborted("name client closed"));
 }
 
+void NameClient::Abort(const Status& why) {
+  std::shared_ptr<transport::Connection> c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = why.ok() ? Aborted("the job failed") : why;
+    c = conn_;
+  }
+  cv_.notify_all();
+  if (c) c->Close(Aborted("the job failed"));
+}
+
 StatusOr<std::shared_ptr<transport::Connection>> NameClient::OpenConnection(double timeout_s) {
   std::lock_guard<std::mutex> connecting(connect_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return Aborted("byteps is shutting down");
+    if (!failure_.ok()) return failure_;
     if (conn_ && !conn_->closed()) return conn_;
   }
-  auto c = transport_->Connect(options_.root_uri, options_.root_port, this, std::max(timeout_s, 0.1));
+  // Short attempts (Resolve tries again until its deadline), so that an Abort is seen within one.
+  auto c = transport_->Connect(options_.root_uri, options_.root_port, this, std::clamp(timeout_s, 0.1, 1.0));
   if (!c.ok()) {
     return Unavailable(fmt::format("cannot reach the scheduler's name service at {}:{}: {}", options_.root_uri,
                                    options_.root_port, c.status().message()));
@@ -72,7 +87,8 @@ StatusOr<protocol::NamePlan> NameClient::Resolve(const protocol::NameRequest& r)
       h.request_id = id;
       last = (*c)->SendCopy(h, payload);
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_until(lock, deadline, [&] { return pending_[id].has_value() || conn_ != *c || closing_; });
+      cv_.wait_until(lock, deadline,
+                     [&] { return pending_[id].has_value() || conn_ != *c || closing_ || !failure_.ok(); });
       if (pending_[id]) {
         protocol::NameReply reply = std::move(*pending_[id]);
         pending_.erase(id);
@@ -84,9 +100,18 @@ StatusOr<protocol::NamePlan> NameClient::Resolve(const protocol::NameRequest& r)
         pending_.erase(id);
         return Aborted(fmt::format("{}: byteps is shutting down", what));
       }
+      if (!failure_.ok()) {
+        pending_.erase(id);
+        return failure_.WithContext(what);
+      }
       if (conn_ != *c && !last_close_.ok()) last = last_close_;
     } else {
       last = c.status();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failure_.ok()) {
+        pending_.erase(id);
+        return failure_.WithContext(what);
+      }
     }
     if (SecondsLeft(deadline) <= 0) {
       std::lock_guard<std::mutex> lock(mu_);

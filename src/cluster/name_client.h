@@ -36,6 +36,9 @@ class NameClient : public transport::Handler {
   // The scheduler's plan for `r`. Errors name the tensor: the scheduler's refusal (its code), or
   // Unavailable / DeadlineExceeded when no answer came within timeout_s.
   StatusOr<protocol::NamePlan> Resolve(const protocol::NameRequest& r);
+  // The job failed (e.g. the scheduler is gone for good): every waiting and later Resolve fails
+  // at once with `why` instead of waiting for its deadline.
+  void Abort(const Status& why);
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
@@ -55,6 +58,7 @@ class NameClient : public transport::Handler {
   uint64_t next_id_ = 1;                                           // guarded by mu_
   std::map<uint64_t, std::optional<protocol::NameReply>> pending_;  // guarded by mu_
   bool closing_ = false;                                           // guarded by mu_
+  Status failure_;                                                 // guarded by mu_ (Abort)
 };
 
 }  // namespace byteps::cluster

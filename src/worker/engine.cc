@@ -315,6 +315,7 @@ void Engine::FailAll(const Status& st) {
   // deadline otherwise) fails now; the control transport keeps its own, to hear the scheduler.
   if (transport_) transport_->CancelConnects(st);
   if (local_) local_->FailAll(st);
+  if (names_) names_->Abort(st);  // a first use waiting for the scheduler's answer fails now too
 }
 
 void Engine::FailJob(const Status& st) {

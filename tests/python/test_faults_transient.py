@@ -158,7 +158,7 @@ def test_scheduler_link_reset(fault_job):
     job = fault_job(proxied_servers=(), proxy_scheduler=True).start()
     proxy = job.scheduler_proxy
     job.wait_round(30)
-    assert proxy.reset_all() == 4  # 2 servers + 2 workers
+    assert proxy.reset_all() == 6  # 2 servers + 2 workers, and the 2 workers' name-service connections
     job.wait_round(100)
     proxy.reset_all()
     job.assert_exact()

@@ -34,12 +34,13 @@ import pytest
 
 from conftest import free_port, write_script  # conftest puts tools/ on sys.path
 from tools.procinfo import listening, vm_rss_kib
-from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER, closed_within, frame,
-                           proof, read_frame, wire_version)
+from tools.rawwire import (AUTH_CHALLENGE, AUTH_RESPONSE, HELLO, PUSH_PULL, REGISTER, checkout_version, closed_within,
+                           frame, proof, read_frame, wire_version)
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
 AUTH_TIMEOUT_S = 1.5
+WRONG_VERSION = checkout_version() + 1  # another release's frames
 MAX_CONNECTIONS = 512
 RSS_BOUND_KIB = 8 * 1024  # a real job runs in between (buffer pool, allocator caches); a leak per bad input would exceed it
 FLOOD_RSS_BOUND_KIB = 16 * 1024  # after 2000 connections were opened and dropped
@@ -181,7 +182,7 @@ CASES = {
     "random_garbage": lambda rng: bytes(rng.getrandbits(8) for _ in range(65536)),
     "http_request": lambda rng: b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
     "wrong_magic": lambda rng: frame(AUTH_CHALLENGE, os.urandom(32), magic=0xDEADBEEF),
-    "wrong_version": lambda rng: frame(AUTH_CHALLENGE, os.urandom(32), version=7),
+    "wrong_version": lambda rng: frame(AUTH_CHALLENGE, os.urandom(32), version=WRONG_VERSION),
     "unknown_opcode": lambda rng: frame(200, b"x" * 16),
     "hello_before_auth": lambda rng: frame(HELLO, sender=0),
     "register_before_auth": lambda rng: frame(REGISTER, (
@@ -199,7 +200,7 @@ def test_malformed_first_frame(service, case):
     port = refused(svc, CASES[case](random.Random(case)))
     svc.logged([port])
     if case == "wrong_version":
-        assert "version 7" in svc.proc.output, svc.proc.output
+        assert f"version {WRONG_VERSION}" in svc.proc.output, svc.proc.output
     assert svc.rss_growth_kib() < RSS_BOUND_KIB
     svc.run_job()
 

@@ -64,12 +64,15 @@ def resolve_op(op, average, what: str) -> int:
     return op
 
 
-# ---- process sets
+# ---- process sets (reference section 12)
 
 
 class ProcessSet:
-    """Horovod's ProcessSet.  Only the global set is built in byteps so far: another set may be
-    described, but an op given one raises NotImplementedError."""
+    """Horovod's ProcessSet: a scope of keys on the servers.  Registered sets get ids in call
+    order (the same on every worker); an op given one runs among its members only: names are
+    scoped ``"ps<id>.<op>.<name>"``, the declaration carries ``members=<ranks>`` (the servers
+    complete a round when every member pushed and refuse anyone else), Average divides by the set
+    size and allgather/alltoall/reducescatter go by set rank."""
 
     def __init__(self, ranks_or_comm) -> None:
         if not isinstance(ranks_or_comm, (list, tuple, range)):
@@ -113,32 +116,154 @@ class _GlobalProcessSet(ProcessSet):
     def size(self) -> Optional[int]:
         return _basics.size()
 
+    def rank(self) -> int:
+        return _basics.rank()
+
 
 global_process_set = _GlobalProcessSet()
 
-NOT_BUILT_SETS = ("process sets other than hvd.global_process_set are not built yet in byteps (a later version "
-                  "adds them); leave process_set out")
+_sets: dict = {}  # id -> registered ProcessSet (the global set is not in it)
+_set_ids = itertools.count(1)
+_dynamic = False
 
 
-def check_process_set(process_set, what: str) -> None:
-    """The global set passes; another ProcessSet → NotImplementedError; anything else → ValueError."""
-    if process_set is None or process_set is global_process_set:
-        return
-    if isinstance(process_set, ProcessSet):
-        raise NotImplementedError(f"{what}: {NOT_BUILT_SETS} (got {process_set!r})")
-    raise ValueError(f"{what}: process_set must be a hvd.ProcessSet, got {type(process_set).__name__}")
+def is_global(process_set) -> bool:
+    return process_set is None or process_set is global_process_set
+
+
+MEMBERS = "members"  # the declaration attribute that scopes a key to a set (protocol::kAttrMembers)
+
+
+def members_attr(process_set) -> Optional[str]:
+    """The ``members`` declaration attribute of a set's keys (None for the global set)."""
+    return None if is_global(process_set) else ",".join(str(r) for r in process_set.ranks)
+
+
+def set_size(process_set) -> int:
+    return _basics.size() if is_global(process_set) else len(process_set.ranks)
+
+
+def set_rank(process_set) -> int:
+    return _basics.rank() if is_global(process_set) else process_set.ranks.index(_basics.rank())
+
+
+def check_process_set(process_set, what: str):
+    """The set an op runs on (the global set for None): a registered set this worker belongs to.
+    Unregistered or removed set, or a call from a non-member → ValueError; not a ProcessSet →
+    ValueError; another set with several processes per host → NotImplementedError."""
+    if is_global(process_set):
+        return global_process_set
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError(f"{what}: process_set must be a hvd.ProcessSet, got {type(process_set).__name__}")
+    if process_set.process_set_id is None or _sets.get(process_set.process_set_id) is not process_set:
+        raise ValueError(f"{what}: {process_set!r} is not registered (hvd.init(process_sets=[...]) or "
+                         f"hvd.add_process_set)")
+    if not process_set.included():
+        raise ValueError(f"{what}: rank {_basics.rank()} is not a member of process set "
+                         f"{process_set.process_set_id} {process_set.ranks}; only its members call its ops")
+    _check_local_size(what)
+    return process_set
+
+
+def _check_local_size(what: str) -> None:
+    if _basics.local_size() > 1:
+        raise NotImplementedError(f"{what}: process sets need one worker process per host in byteps so far "
+                                  f"(BYTEPS_LOCAL_SIZE={_basics.local_size()}): a host's processes reduce locally "
+                                  f"before the servers, and that local reduce does not yet run among members only")
+
+
+def register_process_sets(sets, dynamic: bool) -> None:
+    """``init(process_sets=...)``: ids in list order; each registration is agreed by every worker."""
+    global _dynamic
+    sets = list(sets or [])
+    seen = set()
+    for ps in sets:
+        if not isinstance(ps, ProcessSet):
+            raise ValueError(f"init(process_sets=...): expected hvd.ProcessSet objects, got {type(ps).__name__}")
+        key = "global" if is_global(ps) else tuple(ps.ranks)
+        if key in seen:
+            raise ValueError(f"init(process_sets=...): process set {ps.ranks} is listed twice")
+        seen.add(key)
+    _dynamic = dynamic
+    for ps in sets:
+        if not is_global(ps):
+            _register(ps, "init(process_sets=...)")
+
+
+def dynamic_enabled() -> bool:
+    import os  # noqa: PLC0415
+
+    return _dynamic or os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS", "0") not in ("", "0")
+
+
+def _register(ps, what: str) -> None:
+    if not _basics.is_initialized():
+        raise internal_error("Horovod has not been initialized; use hvd.init().")
+    size = _basics.size()
+    bad = [r for r in ps.ranks if not 0 <= r < size]
+    if not ps.ranks or bad or len(set(ps.ranks)) != len(ps.ranks):
+        raise ValueError(f"{what}: process set {ps.ranks} must be distinct ranks of 0..{size - 1}")
+    for other in _sets.values():
+        if other.ranks == ps.ranks:
+            raise ValueError(f"{what}: a process set with ranks {ps.ranks} is already registered (id "
+                             f"{other.process_set_id})")
+    if ps.ranks == list(range(size)):
+        raise ValueError(f"{what}: ranks {ps.ranks} are the global process set")
+    _check_local_size(what)
+    with _lock:
+        set_id = next(_set_ids)
+    # One global sum every worker makes, whose attributes carry the set: workers that disagree on
+    # the set (or its id) all fail with the servers' mismatch error.
+    flag = torch.zeros(1, dtype=torch.int32)
+    h = start_push_pull(f"process_set.register.{set_id}", flag, flag,
+                        f"op=process_set;set={set_id}:" + ",".join(map(str, ps.ranks)), compare=True)
+    _basics.wait(h, None)
+    ps.process_set_id = set_id
+    _sets[set_id] = ps
 
 
 def add_process_set(process_set) -> ProcessSet:
-    raise NotImplementedError(f"add_process_set: {NOT_BUILT_SETS}")
+    """Registers a set (every worker calls it identically, in the same order); needs dynamic
+    process sets (``init(process_sets="dynamic")`` or ``HOROVOD_DYNAMIC_PROCESS_SETS=1``)."""
+    if not dynamic_enabled():
+        raise ValueError("add_process_set: dynamic process sets are off; call hvd.init(process_sets='dynamic') or "
+                         "set HOROVOD_DYNAMIC_PROCESS_SETS=1")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise ValueError(f"add_process_set: {ps!r} is already registered")
+    _register(ps, "add_process_set")
+    return ps
 
 
 def remove_process_set(process_set) -> bool:
-    """False: no set but the global one is ever registered in byteps (Horovod returns False for the
-    global set and for unregistered ones)."""
+    """Unregisters a set (every worker, identically); False for the global set and unregistered
+    ones.  The object is invalid afterwards (its id is None)."""
     if not isinstance(process_set, ProcessSet):
         raise ValueError(f"remove_process_set: expected a hvd.ProcessSet, got {type(process_set).__name__}")
-    return False
+    if is_global(process_set) or _sets.get(process_set.process_set_id) is not process_set:
+        return False
+    if not dynamic_enabled():
+        raise ValueError("remove_process_set: dynamic process sets are off; call hvd.init(process_sets='dynamic') or "
+                         "set HOROVOD_DYNAMIC_PROCESS_SETS=1")
+    # Every worker agrees that the set goes, as it agreed that it came.
+    flag = torch.zeros(1, dtype=torch.int32)
+    h = start_push_pull(f"process_set.remove.{process_set.process_set_id}", flag, flag,
+                        f"op=process_set_remove;set={process_set.process_set_id}:" + members_attr(process_set),
+                        compare=True)
+    _basics.wait(h, None)
+    del _sets[process_set.process_set_id]
+    process_set.process_set_id = None
+    return True
+
+
+def reset_process_sets() -> None:
+    """After shutdown: no set but the global one; ids restart from 1."""
+    global _set_ids, _dynamic
+    for ps in _sets.values():
+        ps.process_set_id = None
+    _sets.clear()
+    _set_ids = itertools.count(1)
+    _dynamic = False
 
 
 # ---- tensors, names, attributes
@@ -170,17 +295,39 @@ _lock = threading.Lock()
 _in_flight: set = set()
 
 
-def next_handle() -> int:
+_set_handles = 0     # handles consumed by ops of sets other than the global one
+_set_seq: dict = {}  # set id -> handles its ops consumed
+_auto_seq: dict = {}  # handle of a set op -> its position among that set's ops
+
+
+def next_handle(process_set=None) -> int:
+    """A new handle.  An op of another set than the global one counts apart, so that unnamed ops
+    of every set are numbered alike on the workers that make them (a non-member skips the set's
+    calls): the global set's ``n``-th op is named by ``handle - (set handles before it)``."""
+    global _set_handles
     with _lock:
-        return next(_counter)
+        handle = next(_counter)
+        if not is_global(process_set):
+            _set_handles += 1
+            seq = _set_seq.get(process_set.process_set_id, 0) + 1
+            _set_seq[process_set.process_set_id] = seq
+            _auto_seq[handle] = seq
+        else:
+            _auto_seq[handle] = handle - _set_handles
+        return handle
 
 
-def op_key(prefix: str, name: Optional[str], handle: int) -> str:
+def op_key(prefix: str, name: Optional[str], handle: int, process_set=None) -> str:
+    """``"<op>.<name>"``, or ``"<op>.noname.<n>"`` for an unnamed op; ``"ps<id>."`` before it for a
+    set other than the global one."""
+    scope = "" if is_global(process_set) else f"ps{process_set.process_set_id}."
     if name is None:
-        return f"{prefix}.noname.{handle}"
+        with _lock:
+            seq = _auto_seq.pop(handle, handle)
+        return f"{scope}{prefix}.noname.{seq}"
     if not isinstance(name, str) or not name:
         raise ValueError(f"{prefix}: name must be a non-empty str or None, got {name!r}")
-    return f"{prefix}.{name}"
+    return f"{scope}{prefix}.{name}"
 
 
 def claim(keys: list, what: str) -> None:
@@ -252,11 +399,18 @@ def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8, device=tensor.device)
 
 
-def start_push_pull(key: str, tensor: torch.Tensor, output: torch.Tensor, attrs: Optional[str] = None) -> int:
-    """A core sum (never the core's average: scaling is done here, as Horovod does it)."""
+def start_push_pull(key: str, tensor: torch.Tensor, output: torch.Tensor, attrs: Optional[str] = None,
+                    compare: bool = False) -> int:
+    """A core sum (never the core's average: scaling is done here, as Horovod does it).  The
+    servers compare ``attrs`` when ``compare`` or when they scope the key to a process set."""
     from . import ops  # noqa: PLC0415
 
     code = ops.check_tensor(tensor)
+    if attrs and (compare or f"{MEMBERS}=" in attrs) and not _takes_attrs(_basics.start):  # a set's key: its members must reach
+        return _basics.start_reduce(key, tensor.data_ptr(), output.data_ptr(),  # the servers
+                                    tensor.numel() * tensor.element_size(), code, _basics.core().OP_SUM, False, 0,
+                                    device=_device(tensor), attrs=attrs,
+                                    pending=_basics.Pending(tensor, output, key))
     return _basics.start(key, tensor.data_ptr(), output.data_ptr(), tensor.numel() * tensor.element_size(), code,
                          False, 0, tensor, output, device=_device(tensor), **_with_attrs(_basics.start, attrs))
 
@@ -299,7 +453,10 @@ def scale_(tensor: torch.Tensor, factor: float) -> torch.Tensor:
 
 def reset_names() -> None:
     """After shutdown: auto-names restart from handle 1 and nothing is in flight."""
-    global _counter
+    global _counter, _set_handles
     with _lock:
         _counter = itertools.count(1)
         _in_flight.clear()
+        _set_handles = 0
+        _set_seq.clear()
+        _auto_seq.clear()

@@ -87,7 +87,9 @@ int byteps_size(void);
 int byteps_local_rank(void);
 int byteps_local_size(void);
 
-/* Declares a tensor name (same order on every worker). Returns its key, or -1. */
+/* Declares a tensor name. Keys come from the names (the scheduler's name service answers every
+ * worker alike on a name's first use), so workers may declare and use tensors in any order.
+ * Returns its key, or -1. */
 int byteps_declare(const char* name);
 /* Declares with size and dtype: its partitions are placed on servers by bytes right away. */
 int byteps_declare_tensor(const char* name, size_t bytes, int dtype);
@@ -113,7 +115,9 @@ byteps_handle_t byteps_push_pull_async_on(const char* name, const void* input, v
  * "key=value;key=value" of declaration attributes (e.g. "shape=2x3"), compared by the servers
  * with every other worker's on the tensor's first use: a difference (as a different size, dtype or
  * op) fails the operation on every worker with BYTEPS_MISMATCH, naming the attribute and each
- * worker's value. A name keeps the op and attributes of its first use. Returns a handle or -1. */
+ * worker's value. A name used again with another size, dtype, op or attributes, once its earlier
+ * operations completed, gets a new key on every worker (while one is in flight: an error).
+ * Returns a handle or -1. */
 byteps_handle_t byteps_reduce_async_on(const char* name, const void* input, void* output, size_t bytes, int dtype,
                                        int reduce_op, int average, const char* attrs, int priority, int device_kind,
                                        int device_index, void* stream);
@@ -123,8 +127,8 @@ int byteps_device_built(int device_kind);
 /* Starts an allgather: every worker contributes `slice_bytes` bytes at `input`, which belong at
  * byte `slice_offset` of the `total_bytes` at `output`; when the handle completes, `output` holds
  * every worker's slice (the slices must tile it: the caller learns the others' sizes first, e.g.
- * with a push_pull). The servers concatenate (each worker pushes only its slice). A name keeps
- * its total size; use another name for another total. On hosts with several processes
+ * with a push_pull). The servers concatenate (each worker pushes only its slice). Another total
+ * under the same name, once the earlier allgather completed, is a new key. On hosts with several processes
  * (BYTEPS_LOCAL_SIZE > 1) it is a sum of zero-padded outputs instead. Returns a handle or -1. */
 byteps_handle_t byteps_allgather_async(const char* name, const void* input, size_t slice_bytes, void* output,
                                        size_t total_bytes, size_t slice_offset, int dtype, int priority);

@@ -152,11 +152,13 @@ std::string SumEngine::DescribeMismatch(const KeyState& ks, uint64_t key, const 
   const int worker_a = ks.init_worker;
   if (a.name != b.name) {
     return fmt::format("declaration mismatch for key {}: worker {} declared tensor '{}' but worker {} declared "
-                       "'{}' in the same position (tensors must be declared in the same order on every worker)",
+                       "'{}' under the same key (keys come from the scheduler's name service, which gives every "
+                       "name its own: the workers were given different keys for one name)",
                        key, worker_a, a.name, worker_b, b.name);
   }
   if (a.op != b.op) {
-    return fmt::format("tensor '{}' (key {}) is a {} on worker {} but a {} on worker {} (use one name per operation)",
+    return fmt::format("tensor '{}' (key {}) is a {} on worker {} but a {} on worker {} (the workers must run the "
+                       "same operation under one name at the same time)",
                        b.name, key, a.op, worker_a, b.op, worker_b);
   }
   if (a.bytes != b.bytes || a.dtype != b.dtype || a.tensor_bytes != b.tensor_bytes) {

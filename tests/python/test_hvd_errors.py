@@ -133,6 +133,16 @@ expect("allreduce size", E, "bytes", lambda: hvd.allreduce(torch.ones(3 + r), na
 expect("allreduce dtype", E, "int32", lambda: hvd.allreduce(torch.ones(2, dtype=torch.float32 if r else torch.int32),
                                                              name="dt"))
 expect("alltoall dims", E, "only the first dimension", lambda: hvd.alltoall(torch.ones(2, 1 + r)))
+# equal bytes, different shape / root / op / scale factor: the servers compare the declarations' attributes
+expect("allreduce shape", E, "shape is", lambda: hvd.allreduce(torch.ones((2, 3) if r else (3, 2)), name="shape"))
+expect("broadcast root", E, "root is", lambda: hvd.broadcast(torch.ones(4), r, name="roots"))
+expect("allreduce op", E, "at the same time", lambda: hvd.allreduce(torch.ones(4), op=hvd.Max if r else hvd.Min,
+                                                              name="ops"))
+expect("allreduce postscale", E, "post is", lambda: hvd.allreduce(torch.ones(4), name="post",
+                                                                   postscale_factor=1.0 + r))
+# the failed names work again (a new incarnation on every worker)
+same("shape reused", hvd.allreduce(torch.ones(2, 3), op=hvd.Sum, name="shape"), torch.full((2, 3), float(n)))
+same("roots reused", hvd.broadcast(torch.full((4,), float(r)), 1, name="roots"), torch.full((4,), 1.0))
 same("after the errors", hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after"), torch.full((3,), float(n)))
 
 # a long mixed sequence with injected failures; every worker must stay in step

@@ -160,9 +160,8 @@ def broadcast_object(obj, root_rank=0, name=None):
     broadcast_parameters([(name + ".sz", size)], root_rank, prefix="Size.")
     length = int(size[0])
     capacity = 1 << max(8, (length - 1).bit_length())
-    # A name keeps its size in the core, so a later broadcast of another size class travels as
-    # "<name>.t.<size>".  Every rank makes the same calls in the same order since init(), so they
-    # all pick the same names.
+    # Buffers come in power-of-two size classes; a later broadcast of another class travels as
+    # "<name>.t.<size>" (the root's length decides the class, so every rank picks the same name).
     first = ops.object_capacity.setdefault(name, capacity)
     buf = torch.zeros(capacity, dtype=torch.uint8)
     if is_root:

@@ -5,9 +5,8 @@
   arithmetic (:func:`hvd_common.scale_`): ``prescale_factor`` on each worker's input,
   ``postscale_factor`` (divided by n for Average) on the sum.  Integer Average is the truncating
   division of the integer sum by n.
-* ``Min`` / ``Max`` / ``Product``: every worker's (prescaled) tensor is allgathered through the
-  servers and reduced here (:func:`_reduce_by_gather`, exact); :func:`_start_min_max_product` is
-  the one place that will switch to a reduction on the servers.
+* ``Min`` / ``Max`` / ``Product``: a reduction on the servers (their key policy for the name),
+  of every worker's prescaled tensor; the postscale factor is applied here.
 * Grouped calls: one handle for the group; members are keyed ``"<key>_<i>of<k>"``.
 """
 
@@ -20,21 +19,10 @@ import torch
 from .. import _basics
 from . import hvd_common as C
 from . import hvd_handles as H
-from .hvd_common import Average, Max, Min, Product, Sum, global_process_set
+from .hvd_common import Average, Sum, global_process_set
 
 __all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
            "grouped_allreduce_async_", "start_allreduce", "begin_allreduce", "keys_for"]
-
-def _product(rows: torch.Tensor) -> torch.Tensor:
-    """Rank-order product in the tensor's own dtype (torch has no CPU prod for float16)."""
-    acc = rows[0].clone()
-    for row in rows[1:]:
-        acc.mul_(row)
-    return acc
-
-
-_LOCAL_REDUCE = {Min: lambda x: x.amin(0), Max: lambda x: x.amax(0), Product: _product}
-
 
 def _post_factor(op: int, post: float, n: int) -> float:
     return post / n if op == Average else post
@@ -48,30 +36,16 @@ def _finish_scaling(out: torch.Tensor, op: int, post: float, n: int) -> torch.Te
     return C.scale_(out, _post_factor(op, post, n))
 
 
-def _reduce_by_gather(key: str, tensor: torch.Tensor, output: torch.Tensor, op: int, post: float,
-                      attrs: Optional[str], process_set=global_process_set) -> tuple:
-    """Min/Max/Product, exact: every worker's tensor allgathered (row w = worker w's), reduced here.
-    Returns the (handles, stage) of the gather."""
-    n, me = C.set_size(process_set), C.set_rank(process_set)
-    flat = tensor.reshape(1, -1)
-    rows = torch.empty((n, flat.shape[1]), dtype=tensor.dtype, device=tensor.device)
-    row_bytes = flat.numel() * flat.element_size()
-    handle = C.start_allgather(key, flat, rows, me * row_bytes, attrs)
+def _start_min_max_product(key, tensor, output, op, post, attrs, process_set=global_process_set):
+    """Min/Max/Product on the servers (a key policy: every member's push reduced element-wise;
+    a process set's members travel in ``attrs``); the postscale factor is applied here once the
+    result is in."""
+    handle = C.start_reduce(key, tensor, output, op, attrs)
 
     def stage(_outputs):
-        with torch.no_grad():
-            reduced = _LOCAL_REDUCE[op](rows) if rows.numel() else rows.sum(0)
-            output.copy_(reduced.reshape(output.shape).to(output.dtype))
-            C.scale_(output, post)
-        return output
+        return C.scale_(output, post)
 
     return [handle], stage
-
-
-def _start_min_max_product(key, tensor, output, op, post, attrs, process_set=global_process_set):
-    """The one switch for Min/Max/Product: by allgather today, on the servers once the core has a
-    reducing start (``_basics.start_reduce``)."""
-    return _reduce_by_gather(key, tensor, output, op, post, attrs, process_set)
 
 
 def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: float, post: float, what: str,

@@ -15,7 +15,6 @@ on every worker.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import threading
 import warnings
@@ -162,22 +161,6 @@ def call_attrs(kind: str, tensor: Optional[torch.Tensor] = None, **extra) -> str
     return ";".join(parts)
 
 
-def _takes_attrs(fn) -> bool:
-    try:
-        return "attrs" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def attrs_supported() -> bool:
-    """Whether this core compares declaration attributes across workers (``_basics.start(attrs=)``)."""
-    return _takes_attrs(_basics.start)
-
-
-def _with_attrs(fn, attrs: Optional[str]) -> dict:
-    return {"attrs": attrs} if attrs is not None and _takes_attrs(fn) else {}
-
-
 def _device(tensor):
     from . import ops  # noqa: PLC0415 - ops imports nothing from here; lazy keeps the import order free
 
@@ -200,20 +183,25 @@ def as_bytes(tensor: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8, device=tensor.device)
 
 
-def start_push_pull(key: str, tensor: torch.Tensor, output: torch.Tensor, attrs: Optional[str] = None,
-                    compare: bool = False) -> int:
-    """A core sum (never the core's average: scaling is done here, as Horovod does it).  The
-    servers compare ``attrs`` when ``compare`` or when they scope the key to a process set."""
+def start_reduce(key: str, tensor: torch.Tensor, output: torch.Tensor, op: int, attrs: Optional[str] = None) -> int:
+    """A reduction on the servers (``op``: Sum, Min, Max or Product; never the core's average:
+    scaling is done here, as Horovod does it).  ``attrs`` go with the declaration: the servers
+    compare them across workers (a difference is a HorovodInternalError on every worker)."""
     from . import ops  # noqa: PLC0415
 
     code = ops.check_tensor(tensor)
-    if attrs and (compare or f"{MEMBERS}=" in attrs) and not _takes_attrs(_basics.start):  # a set's key: its members must reach
-        return _basics.start_reduce(key, tensor.data_ptr(), output.data_ptr(),  # the servers
-                                    tensor.numel() * tensor.element_size(), code, _basics.core().OP_SUM, False, 0,
-                                    device=_device(tensor), attrs=attrs,
-                                    pending=_basics.Pending(tensor, output, key))
-    return _basics.start(key, tensor.data_ptr(), output.data_ptr(), tensor.numel() * tensor.element_size(), code,
-                         False, 0, tensor, output, device=_device(tensor), **_with_attrs(_basics.start, attrs))
+    core_op = {Sum: _basics.core().OP_SUM, Average: _basics.core().OP_SUM, Min: _basics.core().OP_MIN,
+               Max: _basics.core().OP_MAX, Product: _basics.core().OP_PRODUCT}[op]
+    return _basics.start_reduce(key, tensor.data_ptr(), output.data_ptr(), tensor.numel() * tensor.element_size(),
+                                code, core_op, False, 0, device=_device(tensor), attrs=attrs or "",
+                                pending=_basics.Pending(tensor, output, key))
+
+
+def start_push_pull(key: str, tensor: torch.Tensor, output: torch.Tensor, attrs: Optional[str] = None,
+                    compare: bool = True) -> int:
+    """A core sum (never the core's average: scaling is done here, as Horovod does it); the
+    servers always compare ``attrs`` (``compare`` is kept for callers that ask for it)."""
+    return start_reduce(key, tensor, output, Sum, attrs)
 
 
 def start_broadcast(key: str, buf: torch.Tensor, root_rank: int, attrs: Optional[str] = None) -> int:
@@ -221,7 +209,7 @@ def start_broadcast(key: str, buf: torch.Tensor, root_rank: int, attrs: Optional
     if code is None:
         buf, code = as_bytes(buf), core_code(torch.uint8)
     return _basics.start_broadcast(key, buf.data_ptr(), buf.numel() * buf.element_size(), code, root_rank, 0, buf,
-                                   device=_device(buf), **_with_attrs(_basics.start_broadcast, attrs))
+                                   device=_device(buf), attrs=attrs or "")
 
 
 def start_allgather(key: str, tensor: torch.Tensor, output: torch.Tensor, offset_bytes: int,
@@ -232,7 +220,7 @@ def start_allgather(key: str, tensor: torch.Tensor, output: torch.Tensor, offset
     return _basics.start_allgather(key, tensor.data_ptr(), tensor.numel() * tensor.element_size(),
                                    output.data_ptr(), output.numel() * output.element_size(), offset_bytes, code, 0,
                                    tensor, output, device=_device(tensor),
-                                   **_with_attrs(_basics.start_allgather, attrs))
+                                   attrs=attrs or "")
 
 
 # ---- scaling (reference section 4)

@@ -122,6 +122,11 @@ struct NameReply {
 // Parses "k1=v1;k2=v2" (empty items skipped; an item without '=' is a key with value ""), in order.
 std::vector<std::pair<std::string, std::string>> ParseAttrs(const std::string& attrs);
 
+// The attribute that scopes a key to a process set: "members=0,2,3" (ascending global worker
+// ranks). The servers complete a round of such a key when every member pushed it, and refuse a
+// push from any other worker. Absent: every worker is a member.
+inline constexpr const char* kAttrMembers = "members";
+
 std::string Encode(const RegisterRequest& m);
 std::string Encode(const RegisterReply& m);
 std::string Encode(const NodeFailedNotice& m);

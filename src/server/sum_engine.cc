@@ -101,7 +101,7 @@ void SumEngine::HandleLeave(const LeaveTask& t) {
   left_.push_back(t.worker);
   // Rounds in progress that the leaver has not pushed can never complete: fail their waiters now.
   for (auto& [key, ks] : keys_) {
-    if (!ks.initialized || !ks.error.ok() || ks.waiters.empty()) continue;
+    if (!ks.initialized || !ks.error.ok() || ks.waiters.empty() || !IsMember(ks, t.worker)) continue;
     const uint32_t round = ks.completed_round + 1;
     if (ks.last_round[t.worker] >= round) continue;
     BYTEPS_LOG(Error, "{}", UnevenEnd(ks, key, ks.waiters.front().worker, round, t.worker).message());
@@ -121,10 +121,22 @@ void SumEngine::HandleInit(InitTask& t) {
     ks.init = t.init;
     ks.kind = protocol::ReduceKindOfOp(t.init.op).value_or(ReduceKind::kSum);
     ks.init_worker = t.worker;
+    Status st = SetMembers(ks, t.key, num_workers_, t.worker);
+    if (st.ok()) return;
+    BYTEPS_LOG(Error, "{}", st.message());
+    if (!ks.member[t.worker]) {
+      ks.initialized = false;  // a non-member's declaration does not count: the members declare the key
+    } else {
+      ks.error = st;  // a malformed set: every member declares the same, and every member fails alike
+    }
+    ReplyError(t.conn, t.key, 0, st);
     return;
   }
   const std::string msg = DescribeMismatch(ks, t.key, t.init, t.worker);
-  if (msg.empty()) return;
+  if (msg.empty()) {
+    if (!IsMember(ks, t.worker)) ReplyError(t.conn, t.key, 0, NotAMember(ks, t.key, t.worker, "declared"));
+    return;
+  }
   BYTEPS_LOG(Error, "{}", msg);
   if (ks.error.ok()) ks.error = Mismatch(msg);
   // Everyone who is waiting on this key gets the error, and so does the worker that sent it.
@@ -217,6 +229,10 @@ void SumEngine::HandlePush(PushTask& t) {
     ReplyError(t.conn, t.key, t.request_id, ks.error);
     return;
   }
+  if (!IsMember(ks, t.worker)) {
+    ReplyError(t.conn, t.key, t.request_id, NotAMember(ks, t.key, t.worker, "pushed"));
+    return;
+  }
   const bool concat = ks.init.op == protocol::kOpConcat;
   const bool fits = concat ? t.offset <= ks.init.bytes && t.bytes <= ks.init.bytes - t.offset
                            : t.bytes == ks.init.bytes && t.offset == 0;
@@ -231,7 +247,7 @@ void SumEngine::HandlePush(PushTask& t) {
   uint32_t& last = ks.last_round[t.worker];
   if (t.round > last) {  // a new push: can its round complete?
     for (int gone : left_) {
-      if (ks.last_round[gone] >= t.round) continue;
+      if (!IsMember(ks, gone) || ks.last_round[gone] >= t.round) continue;
       Status st = UnevenEnd(ks, t.key, t.worker, t.round, gone);
       BYTEPS_LOG(Error, "{}", st.message());
       ReplyFatal(t.conn, t.key, t.request_id, st);
@@ -280,7 +296,7 @@ void SumEngine::HandlePush(PushTask& t) {
     t.data.reset();
   }
   ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker, t.generation});
-  if (++ks.pushed < num_workers_) return;
+  if (++ks.pushed < Needed(ks)) return;
   ks.result = std::move(ks.accum);
   ks.completed_round++;
   ks.pushed = 0;

@@ -104,6 +104,10 @@ class SumEngine {
     std::vector<int64_t> released;     // per worker: its last round once it released the key, else -1
     std::vector<Waiter> waiters;
     std::shared_ptr<uint8_t> result;   // sum of completed_round
+    // Per worker: whether it belongs to the key's process set (attribute "members"; all by
+    // default). Only members push; a round completes when every member pushed.
+    std::vector<char> member;
+    int num_members = 0;
   };
   using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask>;
 
@@ -128,6 +132,13 @@ class SumEngine {
   static void ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
                          uint64_t request_id, const Status& error);
   void Enqueue(Task t);
+  // sum_engine_members.cc: the key's process set from its first declaration (an error names the
+  // tensor when the attribute is malformed or leaves out the declaring worker); the pushes a
+  // round needs; the error for a push or declaration from a worker outside the set.
+  static Status SetMembers(KeyState& ks, uint64_t key, int num_workers, int declaring_worker);
+  static int Needed(const KeyState& ks) { return ks.num_members; }
+  static bool IsMember(const KeyState& ks, int worker) { return ks.member.empty() || ks.member[worker]; }
+  static Status NotAMember(const KeyState& ks, uint64_t key, int worker, const char* what);
 
   const int index_;
   const int num_workers_;

@@ -57,7 +57,7 @@ bool SumEngine::MaybeFree(uint64_t key) {
       any_release = true;
       // Its rounds are not all complete yet (a push on the way, or a failed key: it stays failed).
       if (ks.error.ok() && ks.completed_round < ks.released[w]) return false;
-    } else if (!left) {
+    } else if (!left && IsMember(ks, w)) {  // a worker outside the key's process set never uses it
       return false;
     }
   }

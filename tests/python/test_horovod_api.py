@@ -85,7 +85,7 @@ for call, needle, error in (
         (lambda: hvd.allreduce(torch.ones(2), op=hvd.Adasum), "Adasum is not built yet", NotImplementedError),
         (lambda: hvd.join(), "join() is not supported", ValueError),
         (lambda: hvd.allreduce(torch.ones(2), process_set=object()), "must be a hvd.ProcessSet", ValueError),
-        (lambda: hvd.allreduce(torch.ones(2), process_set=hvd.ProcessSet([0])), "not built yet", NotImplementedError),
+        (lambda: hvd.allreduce(torch.ones(2), process_set=hvd.ProcessSet([0])), "is not registered", ValueError),
         (lambda: hvd.broadcast(torch.ones(2), root_rank=n), "is not a worker rank", ValueError)):
     try:
         call()

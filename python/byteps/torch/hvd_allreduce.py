@@ -24,21 +24,22 @@ from .hvd_common import Average, Sum, global_process_set
 __all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
            "grouped_allreduce_async_", "start_allreduce", "begin_allreduce", "keys_for"]
 
-def _post_factor(op: int, post: float) -> float:
-    return post / _basics.size() if op == Average else post
+def _post_factor(op: int, post: float, n: int) -> float:
+    return post / n if op == Average else post
 
 
-def _finish_scaling(out: torch.Tensor, op: int, post: float) -> torch.Tensor:
+def _finish_scaling(out: torch.Tensor, op: int, post: float, n: int) -> torch.Tensor:
+    """Average divides by ``n``: the size of the op's process set."""
     if op == Average and post == 1.0 and not out.dtype.is_floating_point:
-        n = _basics.size()
         out.copy_(torch.div(out, n, rounding_mode="trunc"))  # truncating division of the integer sum
         return out
-    return C.scale_(out, _post_factor(op, post))
+    return C.scale_(out, _post_factor(op, post, n))
 
 
-def _start_min_max_product(key, tensor, output, op, post, attrs):
-    """Min/Max/Product on the servers (a key policy: every worker's push reduced element-wise);
-    the postscale factor is applied here once the result is in."""
+def _start_min_max_product(key, tensor, output, op, post, attrs, process_set=global_process_set):
+    """Min/Max/Product on the servers (a key policy: every member's push reduced element-wise;
+    a process set's members travel in ``attrs``); the postscale factor is applied here once the
+    result is in."""
     handle = C.start_reduce(key, tensor, output, op, attrs)
 
     def stage(_outputs):
@@ -48,10 +49,12 @@ def _start_min_max_product(key, tensor, output, op, post, attrs):
 
 
 def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: float, post: float, what: str,
-                    inplace: bool) -> tuple:
+                    inplace: bool, process_set=global_process_set) -> tuple:
     """Starts the core operations of an allreduce of ``tensors`` (into ``outputs``, the tensors
-    themselves when ``inplace``) under ``keys``, which it claims; returns ``(core handles,
-    finish)``, ``finish()`` giving the list of reduced outputs once the handles are done."""
+    themselves when ``inplace``) under ``keys``, which it claims, among ``process_set``'s members;
+    returns ``(core handles, finish)``, ``finish()`` giving the list of reduced outputs once the
+    handles are done."""
+    n = C.set_size(process_set)
     for t in tensors:
         C.check_tensor(t, C.REDUCE_DTYPES, what)
     C.same_device(tensors, what)
@@ -59,16 +62,17 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
     handles, stages = [], []
     try:
         for key, t, out in zip(keys, tensors, outputs):
-            attrs = C.call_attrs("allreduce", t, reduce=C.OP_NAMES[op], pre=float(pre), post=float(post))
+            attrs = C.call_attrs("allreduce", t, reduce=C.OP_NAMES[op], pre=float(pre), post=float(post),
+                                 members=C.members_attr(process_set))
             with torch.no_grad():
                 src = t
                 if pre != 1.0:
                     src = C.scale_(t if inplace else t.clone(), pre)
                 if op in (Average, Sum):
                     handles.append([C.start_push_pull(key, src, out, attrs)])
-                    stages.append(lambda _o, out=out: _finish_scaling(out, op, post))
+                    stages.append(lambda _o, out=out: _finish_scaling(out, op, post, n))
                 else:
-                    hs, stage = _start_min_max_product(key, src, out, op, post, attrs)
+                    hs, stage = _start_min_max_product(key, src, out, op, post, attrs, process_set)
                     handles.append(hs)
                     stages.append(stage)
     except BaseException:
@@ -89,10 +93,10 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
 
 
 def start_allreduce(handle: int, tensors: list, outputs: list, keys: list, op: int, pre: float, post: float,
-                    what: str, inplace: bool, single: bool) -> int:
+                    what: str, inplace: bool, single: bool, process_set=global_process_set) -> int:
     """:func:`begin_allreduce` as Horovod handle ``handle`` (returned); its result is the output
     (``single``) or the tuple of outputs."""
-    core_handles, finish = begin_allreduce(tensors, outputs, keys, op, pre, post, what, inplace)
+    core_handles, finish = begin_allreduce(tensors, outputs, keys, op, pre, post, what, inplace, process_set)
 
     def stage(_outputs):
         results = finish()
@@ -101,20 +105,21 @@ def start_allreduce(handle: int, tensors: list, outputs: list, keys: list, op: i
     return H.submit(handle, H.Work(core_handles, stage, keys))
 
 
-def keys_for(prefix: str, name, count: Optional[int], handle: int) -> list:
+def keys_for(prefix: str, name, count: Optional[int], handle: int, process_set=global_process_set) -> list:
     """The op's key, or a group's member keys ``"<key>_<i>of<k>"``."""
-    base = C.op_key(prefix, name, handle)
+    base = C.op_key(prefix, name, handle, process_set)
     return [base] if count is None else [f"{base}_{i}of{count}" for i in range(1, count + 1)]
 
 
 def _allreduce(tensor, average, name, op, pre, post, process_set, what, inplace):
-    C.check_process_set(process_set, what)
+    process_set = C.check_process_set(process_set, what)
     op = C.resolve_op(op, average, what)
     C.check_tensor(tensor, C.REDUCE_DTYPES, what)
     out = tensor if inplace else torch.empty_like(tensor, memory_format=torch.contiguous_format)
-    handle = C.next_handle()
-    keys = keys_for("allreduce", name, None, handle)
-    return start_allreduce(handle, [tensor], [out], keys, op, pre, post, what, inplace, single=True)
+    handle = C.next_handle(process_set)
+    keys = keys_for("allreduce", name, None, handle, process_set)
+    return start_allreduce(handle, [tensor], [out], keys, op, pre, post, what, inplace, single=True,
+                           process_set=process_set)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -139,7 +144,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 
 def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace):
-    C.check_process_set(process_set, what)
+    process_set = C.check_process_set(process_set, what)
     op = C.resolve_op(op, average, what)
     tensors = list(tensors)
     if not tensors:
@@ -148,9 +153,10 @@ def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace):
         C.check_tensor(t, C.REDUCE_DTYPES, what)
     outs = tensors if inplace else [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     C.same_device(tensors, what)
-    handle = C.next_handle()
-    keys = keys_for("grouped_allreduce", name, len(tensors), handle)
-    return start_allreduce(handle, tensors, outs, keys, op, pre, post, what, inplace, single=False)
+    handle = C.next_handle(process_set)
+    keys = keys_for("grouped_allreduce", name, len(tensors), handle, process_set)
+    return start_allreduce(handle, tensors, outs, keys, op, pre, post, what, inplace, single=False,
+                           process_set=process_set)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

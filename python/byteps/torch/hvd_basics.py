@@ -36,20 +36,22 @@ _NOT_INIT = "Horovod has not been initialized; use hvd.init()."
 
 def init(comm=None, process_sets=None, lazy: bool = True) -> None:
     """Joins the job (idempotent).  ``comm`` (an MPI communicator or rank list) needs an MPI build:
-    ValueError; ``process_sets``: only the global set is built (others: NotImplementedError)."""
+    ValueError; ``process_sets``: the sets to register (ids 1, 2, ... in list order; every worker
+    passes the same list), or ``"dynamic"`` to allow :func:`add_process_set` later."""
     if isinstance(comm, bool):  # BytePS's init(lazy) called positionally
         comm, lazy = None, comm
     if comm is not None:
         raise ValueError("init(comm=...): byteps is not an MPI build; every worker of the job takes part (launch "
                          "the workers you want with bpsrun/bpslaunch)")
-    if process_sets == "dynamic":
-        raise NotImplementedError(f"init(process_sets='dynamic'): {C.NOT_BUILT_SETS}")
-    for ps in process_sets or []:
-        if ps is not global_process_set:
-            raise NotImplementedError(f"init(process_sets=...): {C.NOT_BUILT_SETS}")
-    if not _basics.is_initialized():
+    dynamic = isinstance(process_sets, str) and process_sets == "dynamic"
+    if isinstance(process_sets, str) and not dynamic:
+        raise ValueError(f"init(process_sets={process_sets!r}): pass a list of hvd.ProcessSet or 'dynamic'")
+    first = not _basics.is_initialized()
+    if first:
         H.reset()
     ops.init(lazy)
+    if first:
+        C.register_process_sets([] if dynamic else process_sets, dynamic)
 
 
 def shutdown() -> None:
@@ -58,6 +60,7 @@ def shutdown() -> None:
         ops.shutdown()
     finally:
         H.reset()
+        C.reset_process_sets()
 
 
 def is_initialized() -> bool:
@@ -152,14 +155,16 @@ def is_homogeneous() -> bool:
 
 
 def barrier(process_set=global_process_set) -> None:
-    """Blocks until every worker has reached it (a one-element sum on the servers)."""
-    C.check_process_set(process_set, "barrier")
+    """Blocks until every worker of ``process_set`` has reached it (a one-element sum on the servers)."""
     if not _basics.is_initialized():
         raise C.internal_error(_NOT_INIT)
+    process_set = C.check_process_set(process_set, "barrier")
     from .hvd_allreduce import allreduce_async_  # noqa: PLC0415
 
-    handle = C.next_handle()  # Horovod's barrier consumes a handle too
-    H.synchronize(allreduce_async_(torch.zeros(1, dtype=torch.int32), name=f"barrier.{handle}", op=C.Sum))
+    handle = C.next_handle(process_set)  # Horovod's barrier consumes a handle too
+    seq = C.op_key("barrier", None, handle).rsplit(".", 1)[1]  # numbered alike on every member
+    H.synchronize(allreduce_async_(torch.zeros(1, dtype=torch.int32), name=f"barrier.{seq}", op=C.Sum,
+                                   process_set=process_set))
 
 
 def join(device: int = -1) -> int:

@@ -28,15 +28,19 @@ def check_root(root_rank, what: str) -> None:
 
 
 def _broadcast(tensor, root_rank, name, process_set, what, inplace) -> int:
-    C.check_process_set(process_set, what)
+    process_set = C.check_process_set(process_set, what)
     C.check_tensor(tensor, C.MOVE_DTYPES, what)
     check_root(root_rank, what)
-    handle = C.next_handle()
-    key = C.op_key("broadcast", name, handle)
+    if root_rank not in process_set.ranks:
+        raise ValueError(f"{what}: root_rank={root_rank} is not a member of process set "
+                         f"{process_set.process_set_id} {process_set.ranks} (root_rank is a global rank)")
+    handle = C.next_handle(process_set)
+    key = C.op_key("broadcast", name, handle, process_set)
     C.claim([key], what)
     buf = tensor if inplace else tensor.detach().clone(memory_format=torch.contiguous_format)
     try:
-        h = C.start_broadcast(key, buf, root_rank, C.call_attrs("broadcast", buf, root=root_rank))
+        h = C.start_broadcast(key, buf, root_rank, C.call_attrs("broadcast", buf, root=root_rank,
+                                                                members=C.members_attr(process_set)))
     except BaseException:
         C.unclaim([key])
         raise
@@ -74,7 +78,7 @@ def _check_scatter_op(op, what: str) -> int:
 
 
 def _reducescatter(tensors, name, op, process_set, pre, post, what, prefix, single) -> int:
-    C.check_process_set(process_set, what)
+    process_set = C.check_process_set(process_set, what)
     tensors = list(tensors)
     if not tensors:
         raise ValueError(f"{what}: the list of tensors is empty")
@@ -84,11 +88,12 @@ def _reducescatter(tensors, name, op, process_set, pre, post, what, prefix, sing
             raise ValueError(f"{what}: cannot scatter a 0-d tensor (it has no rows)")
     op = _check_scatter_op(op, what)
     C.same_device(tensors, what)
-    handle = C.next_handle()
-    keys = keys_for(prefix, name, None if single else len(tensors), handle)
+    handle = C.next_handle(process_set)
+    keys = keys_for(prefix, name, None if single else len(tensors), handle, process_set)
     outs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-    core_handles, finish = begin_allreduce(tensors, outs, keys, op, pre, post, what, inplace=False)
-    n, me = _basics.size(), _basics.rank()
+    core_handles, finish = begin_allreduce(tensors, outs, keys, op, pre, post, what, inplace=False,
+                                           process_set=process_set)
+    n, me = C.set_size(process_set), C.set_rank(process_set)
 
     def stage(_outputs):
         mine = []

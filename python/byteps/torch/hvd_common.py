@@ -63,81 +63,7 @@ def resolve_op(op, average, what: str) -> int:
     return op
 
 
-# ---- process sets
-
-
-class ProcessSet:
-    """Horovod's ProcessSet.  Only the global set is built in byteps so far: another set may be
-    described, but an op given one raises NotImplementedError."""
-
-    def __init__(self, ranks_or_comm) -> None:
-        if not isinstance(ranks_or_comm, (list, tuple, range)):
-            raise ValueError("ProcessSet: pass a list of ranks (mpi4py communicators need an MPI build, and byteps "
-                             "is not one)")
-        if any(isinstance(r, bool) or not isinstance(r, int) for r in ranks_or_comm):
-            raise ValueError(f"ProcessSet: ranks must be ints, got {list(ranks_or_comm)!r}")
-        self._ranks = sorted(ranks_or_comm)
-        self.process_set_id: Optional[int] = None
-        self.mpi_comm = None
-
-    @property
-    def ranks(self) -> list:
-        return self._ranks
-
-    def size(self) -> Optional[int]:
-        return None if self.process_set_id is None else len(self.ranks)
-
-    def rank(self) -> int:
-        me = _basics.rank()
-        if me not in self.ranks:
-            raise ValueError(f"rank {me} is not a member of process set {self.ranks}")
-        return self.ranks.index(me)
-
-    def included(self) -> bool:
-        return _basics.rank() in self.ranks
-
-    def __repr__(self) -> str:
-        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
-
-
-class _GlobalProcessSet(ProcessSet):
-    def __init__(self) -> None:
-        super().__init__([])
-        self.process_set_id = 0
-
-    @property
-    def ranks(self) -> list:
-        return list(range(_basics.size())) if _basics.is_initialized() else []
-
-    def size(self) -> Optional[int]:
-        return _basics.size()
-
-
-global_process_set = _GlobalProcessSet()
-
-NOT_BUILT_SETS = ("process sets other than hvd.global_process_set are not built yet in byteps (a later version "
-                  "adds them); leave process_set out")
-
-
-def check_process_set(process_set, what: str) -> None:
-    """The global set passes; another ProcessSet → NotImplementedError; anything else → ValueError."""
-    if process_set is None or process_set is global_process_set:
-        return
-    if isinstance(process_set, ProcessSet):
-        raise NotImplementedError(f"{what}: {NOT_BUILT_SETS} (got {process_set!r})")
-    raise ValueError(f"{what}: process_set must be a hvd.ProcessSet, got {type(process_set).__name__}")
-
-
-def add_process_set(process_set) -> ProcessSet:
-    raise NotImplementedError(f"add_process_set: {NOT_BUILT_SETS}")
-
-
-def remove_process_set(process_set) -> bool:
-    """False: no set but the global one is ever registered in byteps (Horovod returns False for the
-    global set and for unregistered ones)."""
-    if not isinstance(process_set, ProcessSet):
-        raise ValueError(f"remove_process_set: expected a hvd.ProcessSet, got {type(process_set).__name__}")
-    return False
+# ---- process sets: hvd_process_sets.py (re-exported at the end of this module)
 
 
 # ---- tensors, names, attributes
@@ -169,17 +95,39 @@ _lock = threading.Lock()
 _in_flight: set = set()
 
 
-def next_handle() -> int:
+_set_handles = 0     # handles consumed by ops of sets other than the global one
+_set_seq: dict = {}  # set id -> handles its ops consumed
+_auto_seq: dict = {}  # handle of a set op -> its position among that set's ops
+
+
+def next_handle(process_set=None) -> int:
+    """A new handle.  An op of another set than the global one counts apart, so that unnamed ops
+    of every set are numbered alike on the workers that make them (a non-member skips the set's
+    calls): the global set's ``n``-th op is named by ``handle - (set handles before it)``."""
+    global _set_handles
     with _lock:
-        return next(_counter)
+        handle = next(_counter)
+        if not is_global(process_set):
+            _set_handles += 1
+            seq = _set_seq.get(process_set.process_set_id, 0) + 1
+            _set_seq[process_set.process_set_id] = seq
+            _auto_seq[handle] = seq
+        else:
+            _auto_seq[handle] = handle - _set_handles
+        return handle
 
 
-def op_key(prefix: str, name: Optional[str], handle: int) -> str:
+def op_key(prefix: str, name: Optional[str], handle: int, process_set=None) -> str:
+    """``"<op>.<name>"``, or ``"<op>.noname.<n>"`` for an unnamed op; ``"ps<id>."`` before it for a
+    set other than the global one."""
+    scope = "" if is_global(process_set) else f"ps{process_set.process_set_id}."
     if name is None:
-        return f"{prefix}.noname.{handle}"
+        with _lock:
+            seq = _auto_seq.pop(handle, handle)
+        return f"{scope}{prefix}.noname.{seq}"
     if not isinstance(name, str) or not name:
         raise ValueError(f"{prefix}: name must be a non-empty str or None, got {name!r}")
-    return f"{prefix}.{name}"
+    return f"{scope}{prefix}.{name}"
 
 
 def claim(keys: list, what: str) -> None:
@@ -249,8 +197,10 @@ def start_reduce(key: str, tensor: torch.Tensor, output: torch.Tensor, op: int, 
                                 pending=_basics.Pending(tensor, output, key))
 
 
-def start_push_pull(key: str, tensor: torch.Tensor, output: torch.Tensor, attrs: Optional[str] = None) -> int:
-    """A core sum (never the core's average: scaling is done here, as Horovod does it)."""
+def start_push_pull(key: str, tensor: torch.Tensor, output: torch.Tensor, attrs: Optional[str] = None,
+                    compare: bool = True) -> int:
+    """A core sum (never the core's average: scaling is done here, as Horovod does it); the
+    servers always compare ``attrs`` (``compare`` is kept for callers that ask for it)."""
     return start_reduce(key, tensor, output, Sum, attrs)
 
 
@@ -292,7 +242,16 @@ def scale_(tensor: torch.Tensor, factor: float) -> torch.Tensor:
 
 def reset_names() -> None:
     """After shutdown: auto-names restart from handle 1 and nothing is in flight."""
-    global _counter
+    global _counter, _set_handles
     with _lock:
         _counter = itertools.count(1)
         _in_flight.clear()
+        _set_handles = 0
+        _set_seq.clear()
+        _auto_seq.clear()
+
+
+# Process sets use the starts above; their names are part of this module's surface.
+from .hvd_process_sets import (MEMBERS, ProcessSet, _GlobalProcessSet, add_process_set,  # noqa: E402,F401
+                               check_process_set, dynamic_enabled, global_process_set, is_global, members_attr,
+                               register_process_sets, remove_process_set, reset_process_sets, set_rank, set_size)

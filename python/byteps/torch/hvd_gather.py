@@ -59,16 +59,18 @@ def _check_records(key: str, recs: list, what: str) -> None:
 
 
 def _start(prefix: str, name, tensors: list, what: str, splits: Optional[list] = None,
-           with_counts: bool = False) -> int:
-    """Starts an allgather (``splits`` None) or an alltoall of ``tensors``; returns the handle."""
-    n, me = _basics.size(), _basics.rank()
+           with_counts: bool = False, process_set=global_process_set) -> int:
+    """Starts an allgather (``splits`` None) or an alltoall of ``tensors`` among ``process_set``'s
+    members (rows in set-rank order); returns the handle."""
+    n, me = C.set_size(process_set), C.set_rank(process_set)
+    members = C.members_attr(process_set)
     for t in tensors:
         C.check_tensor(t, C.MOVE_DTYPES, what)
         if t.dim() > _MAX_DIMS:
             raise ValueError(f"{what}: tensor of {t.dim()} dimensions (at most {_MAX_DIMS})")
     C.same_device(tensors, what)
-    handle = C.next_handle()
-    base = C.op_key(prefix, name, handle)
+    handle = C.next_handle(process_set)
+    base = C.op_key(prefix, name, handle, process_set)
     count = len(tensors)
     keys = [base] if count == 1 and prefix in ("allgather", "alltoall") else [f"{base}_{i}of{count}"
                                                                             for i in range(1, count + 1)]
@@ -78,7 +80,8 @@ def _start(prefix: str, name, tensors: list, what: str, splits: Optional[list] =
     record = torch.tensor(mine, dtype=torch.int64)
     table = torch.zeros(n * width, dtype=torch.int64)
     try:
-        h = C.start_allgather(f"{base}.meta{count}", record, table, me * width * 8)
+        h = C.start_allgather(f"{base}.meta{count}", record, table, me * width * 8,
+                              C.call_attrs(prefix + ".meta", None, members=members) if members else None)
     except BaseException:
         C.unclaim(keys)
         raise
@@ -103,7 +106,7 @@ def _start(prefix: str, name, tensors: list, what: str, splits: Optional[list] =
             starts.append(C.start_allgather(f"{key}.data.{total}", send.contiguous(), gathered,
                                             sum(counts[:me]) * row_bytes,
                                             C.call_attrs(prefix, None, rows=sum(counts), row="x".join(
-                                                map(str, row_shape)))))
+                                                map(str, row_shape)), members=members)))
             results.append((gathered, counts))
 
         def done(_outs):
@@ -128,27 +131,28 @@ def _start(prefix: str, name, tensors: list, what: str, splits: Optional[list] =
 
 def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
     """Starts concatenating the workers' tensors along dim 0 (rank order); returns a handle."""
-    C.check_process_set(process_set, "allgather_async")
-    return _start("allgather", name, [tensor], "allgather")
+    process_set = C.check_process_set(process_set, "allgather_async")
+    return _start("allgather", name, [tensor], "allgather", process_set=process_set)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
     """Starts allgathering each tensor of the list; :func:`synchronize` returns a tuple."""
-    C.check_process_set(process_set, "grouped_allgather_async")
+    process_set = C.check_process_set(process_set, "grouped_allgather_async")
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allgather_async: the list of tensors is empty")
-    return _start("grouped_allgather", name, tensors, "grouped_allgather")
+    return _start("grouped_allgather", name, tensors, "grouped_allgather", process_set=process_set)
 
 
-def gather_now(prefix: str, name, tensors: list, what: str) -> tuple:
-    """Allgathers now; returns (outputs, counts per tensor: every worker's dim 0)."""
-    return H.synchronize(_start(prefix, name, list(tensors), what, with_counts=True))
+def gather_now(prefix: str, name, tensors: list, what: str, process_set=global_process_set) -> tuple:
+    """Allgathers now; returns (outputs, counts per tensor: every member's dim 0)."""
+    return H.synchronize(_start(prefix, name, list(tensors), what, with_counts=True, process_set=process_set))
 
 
-def check_splits(tensor: torch.Tensor, splits, what: str) -> Optional[list]:
-    """Horovod's local alltoall checks; returns the splits as a list, or None for an even split."""
-    n = _basics.size()
+def check_splits(tensor: torch.Tensor, splits, what: str, n: Optional[int] = None) -> Optional[list]:
+    """Horovod's local alltoall checks (``n`` workers: the set's size); returns the splits as a
+    list, or None for an even split."""
+    n = _basics.size() if n is None else n
     if splits is None:
         if tensor.dim() == 0 or tensor.shape[0] % n:
             raise ValueError(f"{what}: without splits, dim 0 ({tuple(tensor.shape)[:1]}) must divide evenly over "
@@ -175,28 +179,29 @@ def check_splits(tensor: torch.Tensor, splits, what: str) -> Optional[list]:
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set) -> int:
     """Starts an alltoall; :func:`synchronize` returns ``(output, received_splits)``."""
-    C.check_process_set(process_set, "alltoall_async")
+    process_set = C.check_process_set(process_set, "alltoall_async")
     C.check_tensor(tensor, C.MOVE_DTYPES, "alltoall")
-    return _start("alltoall", name, [tensor], "alltoall", check_splits(tensor, splits, "alltoall"))
+    return _start("alltoall", name, [tensor], "alltoall",
+                  check_splits(tensor, splits, "alltoall", C.set_size(process_set)), process_set=process_set)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Horovod's sparse allreduce: allgathers the COO indices (``"<name>.indices"``) and values
     (``"<name>.values"``); returns a callable that waits and builds the uncoalesced sum (values
     divided by n for Average)."""
-    C.check_process_set(process_set, "sparse_allreduce_async")
+    process_set = C.check_process_set(process_set, "sparse_allreduce_async")
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise ValueError("sparse_allreduce_async: expected a sparse COO tensor")
     indices = tensor._indices().transpose(0, 1).contiguous()
     values = tensor._values().contiguous()
-    h_idx = allgather_async(indices, name=f"{name}.indices")
-    h_val = allgather_async(values, name=f"{name}.values")
+    h_idx = allgather_async(indices, name=f"{name}.indices", process_set=process_set)
+    h_val = allgather_async(values, name=f"{name}.values", process_set=process_set)
 
     def wait():
         idx = H.synchronize(h_idx)
         vals = H.synchronize(h_val)
         if op == Average:
-            vals = vals / _basics.size()
+            vals = vals / C.set_size(process_set)
         return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, tensor.size())
 
     return wait

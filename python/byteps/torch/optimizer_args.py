@@ -29,7 +29,10 @@ def resolve(op, gradient_predivide_factor, backward_passes_per_step, num_groups,
     """Validates the arguments (ValueError / NotImplementedError as Horovod's) and returns a
     :class:`Reduction`."""
     what = "DistributedOptimizer"
-    C.check_process_set(process_set, what)
+    if not C.is_global(C.check_process_set(process_set, what)):
+        raise NotImplementedError(f"{what}: process_set= other than the global set is not built yet in byteps (its "
+                                  f"gradient reductions run on the global set); reduce within a set with "
+                                  f"hvd.allreduce(..., process_set=...)")
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) \
             or backward_passes_per_step <= 0:
         raise ValueError(f"{what}: backward_passes_per_step must be a positive int, got {backward_passes_per_step!r}")

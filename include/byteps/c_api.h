@@ -43,13 +43,17 @@ enum byteps_status {
    * servers fail the operation on every worker alike, naming what differs and each one's value. */
   BYTEPS_MISMATCH = 8,
 };
-/* Element-wise reductions (byteps_reduce_async_on). For bool: min and product are a logical and,
- * max a logical or; a sum of bools is refused. Integers wrap like the sum. */
+/* Reductions (byteps_reduce_async_on). Element-wise: sum, min, max, product; for bool: min and
+ * product are a logical and, max a logical or; a sum of bools is refused. Integers wrap like the
+ * sum. BYTEPS_OP_ADASUM: Horovod's Adasum of the whole tensors in worker rank order (float16,
+ * float32, float64; the tensor is never partitioned, so it must fit in one message; one process
+ * per host for now). */
 enum byteps_reduce_op {
   BYTEPS_OP_SUM = 0,
   BYTEPS_OP_MIN = 1,
   BYTEPS_OP_MAX = 2,
   BYTEPS_OP_PRODUCT = 3,
+  BYTEPS_OP_ADASUM = 4,
 };
 
 typedef int64_t byteps_handle_t;

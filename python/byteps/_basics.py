@@ -270,7 +270,9 @@ def start_reduce(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: i
 
     Args:
         op: ``_core.OP_SUM``, ``OP_MIN``, ``OP_MAX`` or ``OP_PRODUCT`` (bool: min and product are
-            and, max is or; a sum of bools is a ValueError).
+            and, max is or; a sum of bools is a ValueError), or ``OP_ADASUM`` (Horovod's Adasum of
+            the whole tensors in rank order; float16/32/64; one partition, so at most
+            BYTEPS_MAX_MESSAGE_BYTES; BYTEPS_LOCAL_SIZE=1 only).
         average: divide the sum by ``size()``; with another op a ValueError naming the tensor.
         device: as in :func:`start`.
         attrs: declaration attributes ``"key=value;key=value"`` the servers compare across

@@ -25,9 +25,10 @@ StatusOr<worker::ReduceOp> ReduceOpOf(const char* name, int reduce_op) {
     case BYTEPS_OP_MIN: return worker::ReduceOp::kMin;
     case BYTEPS_OP_MAX: return worker::ReduceOp::kMax;
     case BYTEPS_OP_PRODUCT: return worker::ReduceOp::kProduct;
+    case BYTEPS_OP_ADASUM: return worker::ReduceOp::kAdasum;
     default: break;
   }
-  return InvalidArgument(fmt::format("reduce of '{}': unknown reduce op {} (0 sum, 1 min, 2 max, 3 product)",
+  return InvalidArgument(fmt::format("reduce of '{}': unknown reduce op {} (0 sum, 1 min, 2 max, 3 product, 4 adasum)",
                                      name ? name : "(null)", reduce_op));
 }
 

@@ -110,6 +110,7 @@ PYBIND11_MODULE(_core, m) {
   m.attr("OP_MIN") = static_cast<int>(BYTEPS_OP_MIN);
   m.attr("OP_MAX") = static_cast<int>(BYTEPS_OP_MAX);
   m.attr("OP_PRODUCT") = static_cast<int>(BYTEPS_OP_PRODUCT);
+  m.attr("OP_ADASUM") = static_cast<int>(BYTEPS_OP_ADASUM);
   m.def("device_built", [](int kind) { return byteps_device_built(kind) != 0; });
   m.attr("DEVICE_CPU") = static_cast<int>(BYTEPS_DEVICE_CPU);
   m.attr("DEVICE_CUDA") = static_cast<int>(BYTEPS_DEVICE_CUDA);

@@ -205,9 +205,9 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
         .OptionalString("op", &m.op)         // absent: a sum
         .OptionalString("attrs", &m.attrs);  // absent: none
   });
-  if (m.ok() && m->op != kOpConcat && !ReduceKindOfOp(m->op)) {
-    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected one of {}, {}, {}, {}, {})",
-                                     m->name, m->op, kOpSum, kOpMin, kOpMax, kOpProduct, kOpConcat));
+  if (m.ok() && m->op != kOpConcat && m->op != kOpAdasum && !ReduceKindOfOp(m->op)) {
+    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected one of {}, {}, {}, {}, {}, {})",
+                                     m->name, m->op, kOpSum, kOpMin, kOpMax, kOpProduct, kOpConcat, kOpAdasum));
   }
   return m;
 }
@@ -215,7 +215,7 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
 std::string Encode(const NameRequest& m) {
   return Dump(json{{"name", m.name},   {"incarnation", m.incarnation}, {"generation", m.generation},
                    {"sized", m.sized}, {"bytes", m.bytes},             {"dtype", m.dtype},
-                   {"partition_bytes", m.partition_bytes}});
+                   {"partition_bytes", m.partition_bytes}, {"whole", m.whole}});
 }
 
 std::string Encode(const NameReply& m) {
@@ -239,7 +239,8 @@ StatusOr<NameRequest> DecodeNameRequest(const std::string& payload) {
   return Decode<NameRequest>(payload, "NameRequest", [](Fields& f, NameRequest& m) {
     f.String("name", &m.name).Int("incarnation", &m.incarnation).Int("generation", &m.generation)
         .Bool("sized", &m.sized).Int("bytes", &m.bytes).Int("dtype", &m.dtype)
-        .Int("partition_bytes", &m.partition_bytes);
+        .Int("partition_bytes", &m.partition_bytes)
+        .OptionalBool("whole", &m.whole);  // absent: may be split
   });
 }
 

@@ -58,9 +58,12 @@ inline constexpr const char* kOpMax = "max";        // element-wise maximum (boo
 inline constexpr const char* kOpProduct = "prod";   // element-wise product (bool: and), whole partitions
 inline constexpr const char* kOpConcat = "concat";  // places each at its offset (the push's header arg):
                                                     // allgather, and broadcast (only the root pushes bytes)
+inline constexpr const char* kOpAdasum = "adasum";  // keeps every worker's whole-tensor push, then combines
+                                                    // them in rank order (common/adasum.h); float16/32/64,
+                                                    // one partition per tensor (the dot products span it)
 
-// The element-wise reduction of op kOpSum/kOpMin/kOpMax/kOpProduct; nullopt for kOpConcat or an
-// unknown op.
+// The element-wise reduction of op kOpSum/kOpMin/kOpMax/kOpProduct; nullopt for kOpConcat,
+// kOpAdasum or an unknown op.
 std::optional<ReduceKind> ReduceKindOfOp(const std::string& op);
 // The op string of a reduction.
 const char* OpOfReduceKind(ReduceKind kind);
@@ -89,6 +92,9 @@ struct NameRequest {
   uint64_t bytes = 0;            // sized: the tensor's bytes
   int dtype = 0;                 // sized: its DataType code
   uint64_t partition_bytes = 0;  // sized: the generation's partition size on the asking worker
+  // sized: the tensor must stay in one partition whatever partition_bytes says (an Adasum tensor:
+  // its dot products span the whole tensor). Absent on the wire: false.
+  bool whole = false;
 };
 
 struct NamePartition {

@@ -66,7 +66,9 @@ StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, s
     return InvalidArgument(fmt::format("tensor '{}': {} bytes is not a whole number of {} elements", r.name, r.bytes,
                                        DataTypeName(*dtype)));
   }
-  auto ranges = SplitIntoPartitions(r.bytes, r.partition_bytes, elem);
+  // A whole tensor is one partition (a 0-byte tensor too: SplitIntoPartitions gives it one).
+  const uint64_t split_at = r.whole ? std::max<uint64_t>(r.bytes, elem) : r.partition_bytes;
+  auto ranges = SplitIntoPartitions(r.bytes, split_at, elem);
   if (ranges.size() > kMaxPartitionsPerTensor) {
     return InvalidArgument(fmt::format("tensor '{}' of {} bytes needs {} partitions of {} bytes (max {}); raise "
                                        "BYTEPS_PARTITION_BYTES",

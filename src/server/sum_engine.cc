@@ -8,6 +8,7 @@
 #include <optional>
 #include <pthread.h>
 
+#include "common/adasum.h"
 #include "common/logging.h"
 #include "common/reducer.h"
 #include "protocol/error_frame.h"
@@ -122,14 +123,24 @@ void SumEngine::HandleInit(InitTask& t) {
     ks.kind = protocol::ReduceKindOfOp(t.init.op).value_or(ReduceKind::kSum);
     ks.init_worker = t.worker;
     Status st = SetMembers(ks, t.key, num_workers_, t.worker);
-    if (st.ok()) return;
-    BYTEPS_LOG(Error, "{}", st.message());
-    if (!ks.member[t.worker]) {
-      ks.initialized = false;  // a non-member's declaration does not count: the members declare the key
-    } else {
-      ks.error = st;  // a malformed set: every member declares the same, and every member fails alike
+    if (!st.ok()) {
+      BYTEPS_LOG(Error, "{}", st.message());
+      if (!ks.member[t.worker]) {
+        ks.initialized = false;  // a non-member's declaration does not count: the members declare the key
+      } else {
+        ks.error = st;  // a malformed set: every member declares the same, and every member fails alike
+      }
+      ReplyError(t.conn, t.key, 0, st);
+      return;
     }
-    ReplyError(t.conn, t.key, 0, st);
+    auto dt = DataTypeFromCode(t.init.dtype);
+    if (t.init.op == protocol::kOpAdasum && !(dt && AdasumSupports(*dt))) {
+      // The workers check this first; a server never runs Adasum on integers.
+      ks.error = InvalidArgument(fmt::format("adasum of tensor '{}' (key {}): dtype {} is not supported (float16, "
+                                             "float32 or float64)",
+                                             t.init.name, t.key, dt ? DataTypeName(*dt) : "unknown"));
+      ReplyError(t.conn, t.key, 0, ks.error);
+    }
     return;
   }
   const std::string msg = DescribeMismatch(ks, t.key, t.init, t.worker);
@@ -143,6 +154,7 @@ void SumEngine::HandleInit(InitTask& t) {
   for (const Waiter& w : ks.waiters) ReplyError(w.conn, t.key, w.request_id, ks.error);
   ks.waiters.clear();
   ks.accum.reset();
+  ks.parts.clear();
   ks.pushed = 0;
   ReplyError(t.conn, t.key, 0, ks.error);
 }
@@ -206,6 +218,19 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
   std::vector<iovec> iov;
   if (ks.init.bytes > 0) iov.push_back({result.get(), static_cast<size_t>(ks.init.bytes)});
   (void)w.conn->Send(h, iov, [result](const Status&) {});
+}
+
+std::shared_ptr<uint8_t> SumEngine::CombineAdasum(KeyState& ks) {
+  std::sort(ks.parts.begin(), ks.parts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::shared_ptr<uint8_t> out = ks.parts.empty() ? nullptr : ks.parts.front().second;
+  auto dt = DataTypeFromCode(ks.init.dtype);
+  if (ks.parts.size() > 1 && ks.init.bytes > 0 && dt && AdasumSupports(*dt)) {  // dtype checked at init
+    std::vector<void*> bufs;
+    for (auto& [worker, data] : ks.parts) bufs.push_back(data.get());
+    AdasumTree(bufs, ks.init.bytes / DataTypeSize(*dt), *dt);
+  }
+  ks.parts.clear();
+  return out;
 }
 
 void SumEngine::HandlePush(PushTask& t) {
@@ -288,6 +313,8 @@ void SumEngine::HandlePush(PushTask& t) {
     }
     if (t.bytes > 0) std::memcpy(ks.accum.get() + t.offset, t.data.get(), t.bytes);
     t.data.reset();
+  } else if (ks.init.op == protocol::kOpAdasum) {
+    ks.parts.emplace_back(t.worker, std::move(t.data));  // Adasum is not associative: combined at the end
   } else if (ks.pushed == 0) {
     ks.accum = std::move(t.data);  // the first push's buffer becomes the accumulator: no copy
   } else {
@@ -297,6 +324,7 @@ void SumEngine::HandlePush(PushTask& t) {
   }
   ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker, t.generation});
   if (++ks.pushed < Needed(ks)) return;
+  if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
   ks.result = std::move(ks.accum);
   ks.completed_round++;
   ks.pushed = 0;

@@ -3,7 +3,9 @@
 // round's sum from a completed-round buffer, while the next round accumulates in a fresh buffer.
 // A key's declared op is its policy: "sum", "min", "max" or "prod" reduce whole partitions element
 // by element; "concat" (allgather, broadcast) places each push at its offset instead: each worker
-// pushes only its part of the partition (possibly nothing). Workers that declare a key
+// pushes only its part of the partition (possibly nothing); "adasum" keeps each worker's push of
+// the round and, once all are in, combines them in rank order (common/adasum.h: the tensor is
+// one partition, so this is the whole tensor's Adasum). Workers that declare a key
 // differently (name, size, dtype, op or attributes) all get a kMismatch error naming what differs.
 // A push is identified by (worker, key, round): a duplicate never counts twice.
 // Threading: Post* from any thread; everything else on the shard's own thread.
@@ -99,6 +101,8 @@ class SumEngine {
     Status error;  // not OK: the key is poisoned (declaration mismatch)
     uint32_t completed_round = 0;
     std::shared_ptr<uint8_t> accum;
+    // adasum keys: the round's pushes so far, with their workers (combined in rank order at the end)
+    std::vector<std::pair<int, std::shared_ptr<uint8_t>>> parts;
     int pushed = 0;
     std::vector<uint32_t> last_round;  // per worker
     std::vector<int64_t> released;     // per worker: its last round once it released the key, else -1
@@ -129,6 +133,8 @@ class SumEngine {
   static void ReplyFatal(const std::shared_ptr<transport::Connection>& conn, uint64_t key, uint64_t request_id,
                          const Status& error);
   void ReplySum(KeyState& ks, uint64_t key, const Waiter& w);
+  // An adasum key's round result: the Adasum of ks.parts in rank order (ks.parts is emptied).
+  static std::shared_ptr<uint8_t> CombineAdasum(KeyState& ks);
   static void ReplyError(const std::shared_ptr<transport::Connection>& conn, uint64_t key,
                          uint64_t request_id, const Status& error);
   void Enqueue(Task t);

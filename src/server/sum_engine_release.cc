@@ -40,6 +40,7 @@ void SumEngine::HandleRelease(const ReleaseTask& t) {
     BYTEPS_LOG(Error, "{}", PastRelease(ks, t.key, ks.waiters.front().worker, round, t.worker).message());
     ks.waiters.clear();
     ks.accum.reset();
+    ks.parts.clear();
     ks.pushed = 0;
   }
   MaybeFree(t.key);

@@ -8,6 +8,7 @@
 #include "cluster/cluster_config.h"
 #include "cluster/name_client.h"
 #include "protocol/name_planner.h"
+#include "common/adasum.h"
 #include "common/logging.h"
 #include "device/topology.h"
 #include "transport/transport_config.h"
@@ -221,7 +222,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   planning::Signature sig;
   sig.bytes = r.bytes;
   sig.dtype = r.dtype;
-  sig.op = r.op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::OpOfReduceKind(ReduceKindOf(r.op));
+  sig.op = KeyOpOf(r.op);
   sig.attrs = r.attrs;  // another op or attribute set is another incarnation: a new declaration, compared anew
   auto begun = assigner_->Begin(r.name, sig);
   if (!begun.ok()) return begun.status().WithContext(fmt::format("push_pull of '{}'", r.name));
@@ -259,10 +260,33 @@ Status Engine::CheckReduction(const TensorRequest& r) const {
     return InvalidArgument(fmt::format("push_pull of '{}': average applies to a sum only, not to a {}", r.name,
                                        ReduceOpName(r.op)));
   }
+  if (r.op == ReduceOp::kAdasum) BYTEPS_RETURN_IF_ERROR(CheckAdasum(r));
   if (r.op != ReduceOp::kSum && local_ && !r.device.on_host()) {
     return Precondition(fmt::format("push_pull of '{}': a {} of a device tensor on a host with several processes "
                                     "(BYTEPS_LOCAL_SIZE={}) is not built yet (the device group sums); pass a CPU tensor",
                                     r.name, ReduceOpName(r.op), config_.local_size));
+  }
+  return Status::Ok();
+}
+
+Status Engine::CheckAdasum(const TensorRequest& r) const {
+  if (!AdasumSupports(r.dtype)) {
+    return InvalidArgument(fmt::format("adasum of '{}': {} is not supported (float16, float32 or float64)", r.name,
+                                       DataTypeName(r.dtype)));
+  }
+  if (local_) {
+    // Horovod's GPU semantics would be: sum within the host, divide by local_size, Adasum across
+    // hosts (the server policy over the hosts' averages). Not built yet.
+    return Precondition(fmt::format("adasum of '{}' with several processes per host (BYTEPS_LOCAL_SIZE={}) is not "
+                                    "implemented yet (Horovod's semantics there: Adasum across hosts of per-host "
+                                    "averages); run one process per host",
+                                    r.name, config_.local_size));
+  }
+  // One partition carries the whole tensor (its dot products span it): it must fit in a message.
+  if (r.bytes > config_.max_message_bytes) {
+    return InvalidArgument(fmt::format("adasum of '{}': {} bytes do not fit in one message of at most {} bytes "
+                                       "(an Adasum tensor is never split; raise BYTEPS_MAX_MESSAGE_BYTES)",
+                                       r.name, r.bytes, config_.max_message_bytes));
   }
   return Status::Ok();
 }

@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "common/reducer.h"
 #include "device/device.h"
+#include "protocol/control.h"
 
 namespace byteps::worker {
 
@@ -29,23 +30,34 @@ enum class ReduceOp : uint8_t {
   kMin = 2,      // the element-wise minimum (bool: and)
   kMax = 3,      // the element-wise maximum (bool: or)
   kProduct = 4,  // the element-wise product (bool: and)
+  kAdasum = 5,   // Adasum of the whole tensors in rank order (common/adasum.h; float16/32/64, one
+                 // partition per tensor, one process per host)
 };
 
-// The element-wise reduction of an op other than kConcat.
+// The element-wise reduction of an op other than kConcat and kAdasum.
 inline ReduceKind ReduceKindOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kMin: return ReduceKind::kMin;
     case ReduceOp::kMax: return ReduceKind::kMax;
     case ReduceOp::kProduct: return ReduceKind::kProduct;
     case ReduceOp::kSum:
-    case ReduceOp::kConcat: break;
+    case ReduceOp::kConcat:
+    case ReduceOp::kAdasum: break;
   }
   return ReduceKind::kSum;
 }
 
-// How errors name an operation: "sum", "min", "max", "product", "concatenation".
+// How errors name an operation: "sum", "min", "max", "product", "concatenation", "adasum".
 inline const char* ReduceOpName(ReduceOp op) {
+  if (op == ReduceOp::kAdasum) return "adasum";
   return op == ReduceOp::kConcat ? "concatenation" : ReduceKindName(ReduceKindOf(op));
+}
+
+// The servers' policy for op (protocol::KeyInit::op).
+inline const char* KeyOpOf(ReduceOp op) {
+  if (op == ReduceOp::kConcat) return protocol::kOpConcat;
+  if (op == ReduceOp::kAdasum) return protocol::kOpAdasum;
+  return protocol::OpOfReduceKind(ReduceKindOf(op));
 }
 
 struct TensorRequest {

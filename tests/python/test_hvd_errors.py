@@ -109,7 +109,7 @@ expect("splits dtype", ValueError, "int32", lambda: hvd.alltoall(t, splits=torch
 expect("uneven alltoall", ValueError, "divide evenly", lambda: hvd.alltoall(torch.ones(3)))
 expect("0-d reducescatter", ValueError, "0-d", lambda: hvd.reducescatter(torch.tensor(1.0)))
 expect("reducescatter Max", E, "Average or hvd.Sum", lambda: hvd.reducescatter(t, op=hvd.Max))
-expect("Adasum", NotImplementedError, "not built yet", lambda: hvd.allreduce(t, op=hvd.Adasum))
+expect("Adasum int32", ValueError, "Tensor type", lambda: hvd.allreduce(torch.ones(3, dtype=torch.int32), op=hvd.Adasum))
 expect("process set", ValueError, "is not registered", lambda: hvd.allgather(t, process_set=hvd.ProcessSet([0])))
 expect("add_process_set", ValueError, "HOROVOD_DYNAMIC_PROCESS_SETS", lambda: hvd.add_process_set([0]))
 expect("timeline", ValueError, "no timeline", lambda: hvd.start_timeline("/tmp/x.json"))

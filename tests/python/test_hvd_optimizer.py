@@ -57,7 +57,8 @@ for kwargs, error, needle in (({"backward_passes_per_step": 0}, ValueError, "bac
                               ({"groups": 0}, ValueError, "groups must be > 0"),
                               ({"groups": [[p, p]]}, ValueError, "more than one group"),
                               ({"groups": [["x"]]}, ValueError, "must hold tensors"),
-                              ({"op": hvd.Adasum}, NotImplementedError, "not built yet"),
+                              ({"op": hvd.Adasum, "process_set": hvd.ProcessSet([0])}, NotImplementedError,
+                               "global process set"),
                               ({"process_set": hvd.ProcessSet([0])}, ValueError, "is not registered")):
     expect(f"DistributedOptimizer {kwargs}", error, needle,
            lambda: hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), named_parameters=[("p", p)], **kwargs))

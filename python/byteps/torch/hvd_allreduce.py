@@ -7,6 +7,9 @@
   division of the integer sum by n.
 * ``Min`` / ``Max`` / ``Product``: a reduction on the servers (their key policy for the name),
   of every worker's prescaled tensor; the postscale factor is applied here.
+* ``Adasum``: the servers' "adasum" key policy (:func:`_start_adasum`): each worker's whole
+  (prescaled) tensor, combined in rank order by Horovod's tree of pairwise Adasum; the postscale is
+  applied here.  float16/32/64, global process set, one process per host; any world size.
 * Grouped calls: one handle for the group; members are keyed ``"<key>_<i>of<k>"``.
 """
 
@@ -19,7 +22,7 @@ import torch
 from .. import _basics
 from . import hvd_common as C
 from . import hvd_handles as H
-from .hvd_common import Average, Sum, global_process_set
+from .hvd_common import Adasum, Average, Sum, global_process_set
 
 __all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
            "grouped_allreduce_async_", "start_allreduce", "begin_allreduce", "keys_for"]
@@ -48,6 +51,21 @@ def _start_min_max_product(key, tensor, output, op, post, attrs, process_set=glo
     return [handle], stage
 
 
+def _start_adasum(key, tensor, output, post, attrs):
+    """Adasum on the servers (``_basics.start_reduce`` with ``OP_ADASUM``); the postscale here."""
+    from . import ops  # noqa: PLC0415 - as hvd_common does
+
+    code = ops.check_tensor(tensor)
+    handle = _basics.start_reduce(key, tensor.data_ptr(), output.data_ptr(), tensor.numel() * tensor.element_size(),
+                                  code, _basics.core().OP_ADASUM, False, 0, device=C._device(tensor),
+                                  attrs=attrs or "", pending=_basics.Pending(tensor, output, ""))
+
+    def stage(_outputs):
+        return C.scale_(output, post)
+
+    return [handle], stage
+
+
 def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: float, post: float, what: str,
                     inplace: bool, process_set=global_process_set) -> tuple:
     """Starts the core operations of an allreduce of ``tensors`` (into ``outputs``, the tensors
@@ -56,7 +74,7 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
     handles are done."""
     n = C.set_size(process_set)
     for t in tensors:
-        C.check_tensor(t, C.REDUCE_DTYPES, what)
+        C.check_tensor(t, C.ADASUM_DTYPES if op == Adasum else C.REDUCE_DTYPES, what)
     C.same_device(tensors, what)
     C.claim(keys, what)
     handles, stages = [], []
@@ -71,6 +89,10 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
                 if op in (Average, Sum):
                     handles.append([C.start_push_pull(key, src, out, attrs)])
                     stages.append(lambda _o, out=out: _finish_scaling(out, op, post, n))
+                elif op == Adasum:
+                    hs, stage = _start_adasum(key, src, out, post, attrs)
+                    handles.append(hs)
+                    stages.append(stage)
                 else:
                     hs, stage = _start_min_max_product(key, src, out, op, post, attrs, process_set)
                     handles.append(hs)
@@ -112,8 +134,8 @@ def keys_for(prefix: str, name, count: Optional[int], handle: int, process_set=g
 
 
 def _allreduce(tensor, average, name, op, pre, post, process_set, what, inplace):
-    process_set = C.check_process_set(process_set, what)
     op = C.resolve_op(op, average, what)
+    process_set = C.check_process_set(process_set, what, op)
     C.check_tensor(tensor, C.REDUCE_DTYPES, what)
     out = tensor if inplace else torch.empty_like(tensor, memory_format=torch.contiguous_format)
     handle = C.next_handle(process_set)
@@ -144,8 +166,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
 
 
 def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace):
-    process_set = C.check_process_set(process_set, what)
     op = C.resolve_op(op, average, what)
+    process_set = C.check_process_set(process_set, what, op)
     tensors = list(tensors)
     if not tensors:
         raise ValueError(f"{what}: the list of tensors is empty")

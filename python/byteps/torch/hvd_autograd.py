@@ -64,8 +64,8 @@ class _GroupedAllreduce(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set) -> torch.Tensor:
     """The reduction (``op``, default Average) of ``tensor`` over the workers, as a new tensor."""
-    process_set = C.check_process_set(process_set, "allreduce")
     op = C.resolve_op(op, average, "allreduce")
+    process_set = C.check_process_set(process_set, "allreduce", op)
     compressed, cctx = compression.compress(tensor)
     return compression.decompress(_Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
                                                    process_set), cctx)
@@ -74,8 +74,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set) -> list:
     """Reduces each tensor of the list (one group, one handle); returns a list of new tensors."""
-    process_set = C.check_process_set(process_set, "grouped_allreduce")
     op = C.resolve_op(op, average, "grouped_allreduce")
+    process_set = C.check_process_set(process_set, "grouped_allreduce", op)
     pairs = [compression.compress(t) for t in tensors]
     outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *[p for p, _ in pairs])
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]

@@ -31,6 +31,7 @@ _LEGACY = {name: code for code, name in OP_NAMES.items()}  # byteps' earlier str
 
 # Dtypes per op family (Horovod's table, plus bfloat16 for reductions and bool for data moves).
 REDUCE_DTYPES = (torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64)
+ADASUM_DTYPES = (torch.float16, torch.float32, torch.float64)  # Horovod's; the servers refuse the rest
 MOVE_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
                torch.float32, torch.float64, torch.bool)
 
@@ -57,10 +58,20 @@ def resolve_op(op, average, what: str) -> int:
     op = _LEGACY.get(op, op) if isinstance(op, str) else op
     if isinstance(op, bool) or op not in OP_NAMES:
         raise ValueError(f"{what}: unknown reduce op {op!r} (hvd.Average, Sum, Adasum, Min, Max or Product)")
-    if op == Adasum:
-        raise NotImplementedError(f"{what}: op=Adasum is not built yet in byteps (a later version runs it on the "
-                                  f"servers); use Average or Sum")
     return op
+
+
+def check_adasum(process_set, what: str) -> None:
+    """Where byteps runs Adasum (on the servers): the global set, one process per host.  Any world
+    size works (Horovod needs a power of two on CPU; the servers' tree is the same for one)."""
+    if process_set is not None and process_set is not global_process_set:
+        raise NotImplementedError(f"{what}: op=Adasum runs on the global process set only (as in Horovod); got "
+                                  f"{process_set!r}")
+    if _basics.is_initialized() and _basics.local_size() > 1:
+        raise NotImplementedError(
+            f"{what}: op=Adasum with several processes per host (local_size={_basics.local_size()}) is not built yet "
+            f"in byteps (Horovod's GPU semantics there: Adasum across hosts of per-host averages); run one process "
+            f"per host")
 
 
 # ---- process sets: hvd_process_sets.py (re-exported at the end of this module)

@@ -93,10 +93,13 @@ def set_rank(process_set) -> int:
     return _basics.rank() if is_global(process_set) else process_set.ranks.index(_basics.rank())
 
 
-def check_process_set(process_set, what: str):
+def check_process_set(process_set, what: str, op: Optional[int] = None):
     """The set an op runs on (the global set for None): a registered set this worker belongs to.
     Unregistered or removed set, or a call from a non-member → ValueError; not a ProcessSet →
-    ValueError; another set with several processes per host → NotImplementedError."""
+    ValueError; another set with several processes per host → NotImplementedError.  With ``op``
+    (a resolved reduce op): Adasum's own rules first (:func:`hvd_common.check_adasum`)."""
+    if op == C.Adasum:
+        C.check_adasum(process_set, what)
     if is_global(process_set):
         return global_process_set
     if not isinstance(process_set, ProcessSet):

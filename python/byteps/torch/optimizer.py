@@ -28,9 +28,12 @@ import torch
 from . import ops
 from .compression import Compression
 from .hvd_allreduce import allreduce_async_
-from .hvd_common import Average, global_process_set
+from .. import _basics
+from . import hvd_common as C
+from .hvd_common import Adasum, Average, global_process_set
 from .hvd_handles import synchronize as hvd_synchronize
 from .hvd_gather import sparse_allreduce_async
+from .optimizer_adasum import _DistributedAdasumOptimizer
 from .optimizer_args import resolve, uses_push_pull
 from .gradients import (declare_parameters, finish_push_pulls, find_duplicates, hook_gradients, parameter_names,
                         priorities, start_push_pull)
@@ -199,7 +202,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         compression: ``Compression.none`` or ``Compression.fp16``.
         backward_passes_per_step: backward passes to accumulate locally per ``step()``.
         op: Horovod's ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product`` of the
-            workers' gradients (``Adasum``: NotImplementedError, not built yet).
+            workers' gradients, or ``Adasum``: with more than one worker Horovod's delta optimizer
+            (:mod:`byteps.torch.optimizer_adasum`: each worker's local update of a parameter,
+            combined by the servers' Adasum; ``groups``, ``sparse_as_dense`` and
+            ``gradient_predivide_factor`` do not apply; global process set, one process per host).
         gradient_predivide_factor: Horovod's: with ``Average``, gradients are divided by it before
             the sum and multiplied by it / size after (another op: ValueError).
         num_groups: deprecated alias of ``groups`` (DeprecationWarning).
@@ -214,9 +220,24 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             names the parameter).
     """
     base = optimizer.__class__
-    body = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    try:
+        adasum = C.resolve_op(op, None, "DistributedOptimizer") == Adasum
+    except ValueError:
+        adasum = False  # the regular class reports a bad op, after checking named_parameters (as Horovod)
+    # One worker: the regular class (no hooks), as Horovod. Before init() too: it reports that.
+    adasum = adasum and _basics.is_initialized() and ops.size() > 1
+    if adasum:
+        # Horovod's checks first (named_parameters before anything that needs init() is in __init__).
+        C.check_process_set(process_set, "DistributedOptimizer", Adasum)
+        plist = [p for group in optimizer.param_groups for p in group["params"]]
+        resolve(op, gradient_predivide_factor, backward_passes_per_step, num_groups, groups, process_set, plist,
+                ops.size())
+    impl = _DistributedAdasumOptimizer if adasum else _DistributedOptimizer
+    body = {k: v for k, v in impl.__dict__.items() if k not in ("__dict__", "__weakref__")}
     body["_bps_base"] = base
     body["__qualname__"] = base.__qualname__
     cls = type(base.__name__, (base,), body)
+    if adasum:
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set)

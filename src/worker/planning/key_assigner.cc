@@ -182,6 +182,7 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Place(const std::string& name, const S
     req.bytes = sig.bytes;
     req.dtype = static_cast<int>(sig.dtype);
     req.partition_bytes = gens_[g];
+    req.whole = sig.op == protocol::kOpAdasum;  // one partition: its dot products span the tensor
   }
   auto resolved = resolve_(req);
   std::lock_guard<std::mutex> lock(mu_);

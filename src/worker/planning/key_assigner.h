@@ -72,7 +72,7 @@ using protocol::GenerationOf;
 struct Signature {
   size_t bytes = 0;
   DataType dtype = DataType::kFloat32;
-  std::string op = protocol::kOpSum;  // the KeyInit op: sum, min, max, prod, concat
+  std::string op = protocol::kOpSum;  // the KeyInit op: sum, min, max, prod, concat, adasum
   std::string attrs;                   // further declaration attributes (compared, not interpreted)
   bool operator==(const Signature&) const = default;
   std::string Describe() const;  // "400 bytes of float32 (sum)"

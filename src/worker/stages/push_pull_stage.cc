@@ -24,7 +24,7 @@ server_links::OutFrame PushPullStage::InitKeyFrame(const planning::TensorPlan& p
   ki.bytes = p.range.length;
   ki.dtype = static_cast<int>(plan.dtype);
   ki.tensor_bytes = plan.bytes;
-  ki.op = op == ReduceOp::kConcat ? protocol::kOpConcat : protocol::OpOfReduceKind(ReduceKindOf(op));
+  ki.op = KeyOpOf(op);
   ki.attrs = attrs;
   server_links::OutFrame f;
   f.header.opcode = Opcode::kInitKey;

@@ -4,7 +4,7 @@
 Every call goes through the summation servers.  The implementation is split by family:
 
 * :mod:`.hvd_common`: reduce ops (``Average=0 ... Product=5``), ``HorovodInternalError``
-  (byteps' core error type), process sets (only the global one is built), dtype checks,
+  (byteps' core error type), process sets (hvd_process_sets.py), dtype checks,
   op names (``"<op>.<name>"`` / ``"<op>.noname.<handle>"``, unique while in flight), handles;
 * :mod:`.hvd_allreduce`: the allreduce family (async / in-place / grouped);
 * :mod:`.hvd_gather`: allgather, grouped allgather, alltoall, sparse allreduce, allgather_object;

@@ -3,9 +3,11 @@ in stages (e.g. an allgather first learns every worker's size, then moves the da
 a Python function.  :func:`poll` and :func:`synchronize` take these handles, and also the core
 handles of byteps' own ``push_pull_async`` (an int not in the table).
 
-A cross-worker mismatch the core finds (it raises ValueError from the wait, on every worker) is
-re-raised as HorovodInternalError, as Horovod's coordinated errors are; a timeout keeps the
-handle valid (synchronize may be called again).
+A failure the core reports from the wait is HorovodInternalError on every worker that waits, as
+Horovod's coordinated errors are: a cross-worker mismatch (the servers' kMismatch, already a
+BytePSError) and a server's refusal of a push (an invalid argument, raised by the core as
+ValueError, re-raised here as HorovodInternalError); a timeout keeps the handle valid
+(synchronize may be called again).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class Work:
         for i, h in enumerate(list(self.handles)):
             try:
                 outputs.append(_basics.synchronize(h, timeout))
-            except ValueError as err:  # a cross-worker mismatch the core found: every worker sees it
+            except ValueError as err:  # a server refused the tensor's push: every worker sees it
                 self.handles = self.handles[i + 1:]
                 self._finish(error=C.internal_error(str(err)))
                 return None

@@ -34,15 +34,15 @@ NameClient::~NameClient() {
 }
 
 void NameClient::Abort(const Status& why) {
-  std::shared_ptr<transport::Connection> c;
+  // Only wakes the waiters: closing the connection here could wait for the transport's I/O thread,
+  // which may itself be delivering the job's failure to the caller (who holds its own lock). The
+  // connection closes with the client.
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return;
     failure_ = why.ok() ? Aborted("the job failed") : why;
-    c = conn_;
   }
   cv_.notify_all();
-  if (c) c->Close(Aborted("the job failed"));
 }
 
 StatusOr<std::shared_ptr<transport::Connection>> NameClient::OpenConnection(double timeout_s) {

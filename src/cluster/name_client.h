@@ -37,7 +37,8 @@ class NameClient : public transport::Handler {
   // Unavailable / DeadlineExceeded when no answer came within timeout_s.
   StatusOr<protocol::NamePlan> Resolve(const protocol::NameRequest& r);
   // The job failed (e.g. the scheduler is gone for good): every waiting and later Resolve fails
-  // at once with `why` instead of waiting for its deadline.
+  // at once with `why` instead of waiting for its deadline. Never blocks (callable under locks,
+  // from any thread, the transport's I/O threads included).
   void Abort(const Status& why);
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;

@@ -56,9 +56,13 @@ def frame(op, payload=b'', checksum=False, **kw):
     return header(op, payload_len=len(payload), **kw) + payload
 
 
-def key_init(name, nbytes, dtype, tensor_bytes=None):
-    return json.dumps({'name': name, 'bytes': nbytes, 'dtype': dtype,
-                       'tensor_bytes': nbytes if tensor_bytes is None else tensor_bytes}).encode()
+def key_init(name, nbytes, dtype, tensor_bytes=None, op=None, attrs=None):
+    m = {'name': name, 'bytes': nbytes, 'dtype': dtype, 'tensor_bytes': nbytes if tensor_bytes is None else tensor_bytes}
+    if op is not None:
+        m['op'] = op
+    if attrs is not None:
+        m['attrs'] = attrs
+    return json.dumps(m).encode()
 
 
 def values(dtype, n, seed):
@@ -159,6 +163,20 @@ def server_seeds():
     body += rec(1, 'PushPull', values(0, 4, 3), sender=1, rnd=3, key=key, req=8)
     body += rec(0, 'Leave', sender=0)
     s['uneven_end'] = config(2) + body
+    # join(): worker 1 joins after round 1; worker 0's round 2 completes with its zeros, a concat
+    # round fails, worker 0 joins last; worker 1's own round 2 then maps onto the key's round 3.
+    jkey, ckey = (9 << 16), (10 << 16)
+    body = hellos(2) + declare(2, key, 'w', 16, 0)
+    body += b''.join(rec(w, 'InitKey', key_init('__byteps.join', 4, 4, op='join'), sender=w, key=jkey) for w in (0, 1))
+    body += rec(0, 'InitKey', key_init('g', 8, 0, op='concat'), sender=0, key=ckey)
+    body += push_round(2, key, 1, 0, 16, flush=True)
+    body += rec(1, 'PushPull', struct.pack('<i', 1), sender=1, rnd=1, key=jkey, dtype=4, req=20, flush=True)
+    body += rec(0, 'PushPull', values(0, 4, 2), sender=0, rnd=2, key=key, req=21)
+    body += rec(0, 'PushPull', values(0, 2, 2), sender=0, rnd=1, key=ckey, req=22, flush=True)
+    body += rec(0, 'PushPull', struct.pack('<i', 0), sender=0, rnd=1, key=jkey, dtype=4, req=23, flush=True)
+    body += rec(1, 'PushPull', values(0, 4, 3), sender=1, rnd=2, key=key, req=24)
+    body += rec(0, 'PushPull', values(0, 4, 3), sender=0, rnd=3, key=key, req=25, flush=True)
+    s['join'] = config(2, 2) + body
     return s
 
 

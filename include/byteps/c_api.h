@@ -161,6 +161,13 @@ byteps_handle_t byteps_broadcast_async_ex(const char* name, void* buffer, size_t
 int byteps_poll(byteps_handle_t handle);
 /* Waits up to timeout_s seconds (< 0: BYTEPS_TIMEOUT). 0 when done, -1 on failure or timeout. */
 int byteps_wait(byteps_handle_t handle, double timeout_s);
+/* Horovod's join(): this worker has run out of data. Waits for its own operations in flight, then
+ * until every worker has joined; meanwhile the others' reductions go on with this worker counted
+ * as zeros (an average still divides by the job's size), and their allgathers and broadcasts fail
+ * (BYTEPS_MISMATCH). Returns the rank of the last worker to join (the same on every worker), or
+ * -1 on failure. It waits as long as the job is alive: a worker that stops or dies ends it. One
+ * process per host for now. */
+int byteps_join(void);
 /* Forgets a finished handle. */
 void byteps_release(byteps_handle_t handle);
 

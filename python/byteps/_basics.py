@@ -166,6 +166,13 @@ def local_size() -> int:
     return core().local_size()
 
 
+def join() -> int:
+    """Horovod's join(): this worker ran out of data.  Waits for its operations in flight, then
+    until every worker has joined (BYTEPS_TIMEOUT); meanwhile the others' reductions count this
+    worker as zeros.  Returns the rank of the last worker to join (the same on every worker)."""
+    return core().join()
+
+
 def core_name(name: Optional[str]) -> str:
     """The core's name for a user-level tensor name; None draws the next unnamed name."""
     global _noname_counter

@@ -228,6 +228,14 @@ int byteps_wait(byteps_handle_t handle, double timeout_s) {
   return st.ok() ? 0 : SetError(st);
 }
 
+int byteps_join(void) {
+  ClearError();
+  auto e = GetEngine();
+  if (!e) return -1;
+  auto last = e->Join();
+  return last.ok() ? last.value() : SetError(last.status());
+}
+
 void byteps_release(byteps_handle_t handle) {
   std::shared_ptr<byteps::worker::Engine> e = CurrentEngine();
   if (e) e->Release(handle);

@@ -154,6 +154,7 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("handle"), py::arg("timeout") = -1.0);
   m.def("release", [](int64_t h) { byteps_release(h); }, py::arg("handle"));
+  m.def("join", [] { return Check(NoGil([] { return byteps_join(); })); });
 
   m.attr("FLOAT32") = static_cast<int>(BYTEPS_FLOAT32);
   m.attr("FLOAT64") = static_cast<int>(BYTEPS_FLOAT64);

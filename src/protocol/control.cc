@@ -205,9 +205,10 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
         .OptionalString("op", &m.op)         // absent: a sum
         .OptionalString("attrs", &m.attrs);  // absent: none
   });
-  if (m.ok() && m->op != kOpConcat && m->op != kOpAdasum && !ReduceKindOfOp(m->op)) {
-    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected one of {}, {}, {}, {}, {}, {})",
-                                     m->name, m->op, kOpSum, kOpMin, kOpMax, kOpProduct, kOpConcat, kOpAdasum));
+  if (m.ok() && m->op != kOpConcat && m->op != kOpAdasum && m->op != kOpJoin && !ReduceKindOfOp(m->op)) {
+    return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected one of {}, {}, {}, {}, {}, {}, "
+                                     "{})",
+                                     m->name, m->op, kOpSum, kOpMin, kOpMax, kOpProduct, kOpConcat, kOpAdasum, kOpJoin));
   }
   return m;
 }
@@ -215,7 +216,7 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
 std::string Encode(const NameRequest& m) {
   return Dump(json{{"name", m.name},   {"incarnation", m.incarnation}, {"generation", m.generation},
                    {"sized", m.sized}, {"bytes", m.bytes},             {"dtype", m.dtype},
-                   {"partition_bytes", m.partition_bytes}, {"whole", m.whole}});
+                   {"partition_bytes", m.partition_bytes}, {"whole", m.whole}, {"spread", m.spread}});
 }
 
 std::string Encode(const NameReply& m) {
@@ -240,7 +241,8 @@ StatusOr<NameRequest> DecodeNameRequest(const std::string& payload) {
     f.String("name", &m.name).Int("incarnation", &m.incarnation).Int("generation", &m.generation)
         .Bool("sized", &m.sized).Int("bytes", &m.bytes).Int("dtype", &m.dtype)
         .Int("partition_bytes", &m.partition_bytes)
-        .OptionalBool("whole", &m.whole);  // absent: may be split
+        .OptionalBool("whole", &m.whole)     // absent: may be split
+        .OptionalBool("spread", &m.spread);  // absent: placed by bytes
   });
 }
 

@@ -61,6 +61,12 @@ inline constexpr const char* kOpConcat = "concat";  // places each at its offset
 inline constexpr const char* kOpAdasum = "adasum";  // keeps every worker's whole-tensor push, then combines
                                                     // them in rank order (common/adasum.h); float16/32/64,
                                                     // one partition per tensor (the dot products span it)
+inline constexpr const char* kOpJoin = "join";      // Horovod's join(): a push marks its worker joined on this
+                                                    // server (its rounds of every other key count as zeros
+                                                    // until every worker joined); the round completes when
+                                                    // every worker pushed: int32 [rank of the last pusher,
+                                                    // max of the second words | 2 if a round went on without
+                                                    // a joined worker]; then the joined state resets
 
 // The element-wise reduction of op kOpSum/kOpMin/kOpMax/kOpProduct; nullopt for kOpConcat,
 // kOpAdasum or an unknown op.
@@ -95,6 +101,9 @@ struct NameRequest {
   // sized: the tensor must stay in one partition whatever partition_bytes says (an Adasum tensor:
   // its dot products span the whole tensor). Absent on the wire: false.
   bool whole = false;
+  // sized: one partition per server, partition i on server i (the join key: every server must see
+  // it); bytes must be a multiple of the number of servers' elements. Absent on the wire: false.
+  bool spread = false;
 };
 
 struct NamePartition {
@@ -132,6 +141,13 @@ std::vector<std::pair<std::string, std::string>> ParseAttrs(const std::string& a
 // ranks). The servers complete a round of such a key when every member pushed it, and refuse a
 // push from any other worker. Absent: every worker is a member.
 inline constexpr const char* kAttrMembers = "members";
+// The attribute "join": what a key's rounds do while a worker has joined (join()). Absent: count it
+// as zeros (allreduces). "fail": the round fails (kMismatch; a reducescatter, which Horovod fails
+// alike; concatenations fail anyway). "late": zeros, and the joined worker's own later push of
+// that round is answered with its result (a one-shot key, e.g. worker 0's online agreements).
+inline constexpr const char* kAttrJoin = "join";
+inline constexpr const char* kJoinFails = "fail";
+inline constexpr const char* kJoinLate = "late";
 
 std::string Encode(const RegisterRequest& m);
 std::string Encode(const RegisterReply& m);

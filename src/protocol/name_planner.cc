@@ -66,8 +66,16 @@ StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, s
     return InvalidArgument(fmt::format("tensor '{}': {} bytes is not a whole number of {} elements", r.name, r.bytes,
                                        DataTypeName(*dtype)));
   }
-  // A whole tensor is one partition (a 0-byte tensor too: SplitIntoPartitions gives it one).
-  const uint64_t split_at = r.whole ? std::max<uint64_t>(r.bytes, elem) : r.partition_bytes;
+  if (r.spread && (r.bytes == 0 || r.bytes % (elem * num_servers_) != 0)) {
+    return InvalidArgument(fmt::format("tensor '{}': {} bytes cannot be spread as one partition per server over {} "
+                                       "servers in whole {} elements",
+                                       r.name, r.bytes, num_servers_, DataTypeName(*dtype)));
+  }
+  // A whole tensor is one partition (a 0-byte tensor too: SplitIntoPartitions gives it one); a
+  // spread one is one partition per server.
+  const uint64_t split_at = r.spread  ? r.bytes / num_servers_
+                            : r.whole ? std::max<uint64_t>(r.bytes, elem)
+                                      : r.partition_bytes;
   auto ranges = SplitIntoPartitions(r.bytes, split_at, elem);
   if (ranges.size() > kMaxPartitionsPerTensor) {
     return InvalidArgument(fmt::format("tensor '{}' of {} bytes needs {} partitions of {} bytes (max {}); raise "
@@ -89,7 +97,9 @@ StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, s
     pp.key = MakeKey(p.declared_key, static_cast<uint32_t>(i));
     pp.offset = ranges[i].offset;
     pp.length = ranges[i].length;
-    if (loads != nullptr) {
+    if (r.spread) {
+      pp.server = static_cast<int>(i);  // every server gets its own partition; the loads stay
+    } else if (loads != nullptr) {
       pp.server = static_cast<int>(std::min_element(loads->begin(), loads->end()) - loads->begin());
       // Count at least one byte so that empty partitions still rotate over servers.
       (*loads)[pp.server] += std::max<uint64_t>(pp.length, 1);

@@ -8,7 +8,8 @@
 //  - the declared key of a tensor in generation g is MakeDeclaredKey(g, index) (key_layout.h), so
 //    each generation's partitions have keys of their own on the servers;
 //  - a sized request plans the partitions: split at the request's partition size (a `whole`
-//    request, an Adasum tensor, is never split: one partition of the whole tensor), each partition
+//    request, an Adasum tensor, is never split: one partition of the whole tensor; a `spread`
+//    request, the join key, is one partition per server, partition i on server i), each partition
 //    on the least-loaded server by bytes so far in its generation (ties: lowest rank), in the order
 //    the requests arrive. The first plan of a (name, incarnation, generation) is everyone's: later
 //    requests get it back whatever partition size they carry.

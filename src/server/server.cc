@@ -24,7 +24,11 @@ using protocol::Opcode;
 
 Server::Server(const ServerOptions& options) : options_(options), pool_(std::make_unique<BufferPool>()) {
   int n = std::max(1, options_.engine_threads);
-  for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers));
+  board_ = std::make_unique<JoinBoard>(options_.num_workers);
+  for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers, board_.get()));
+  board_->set_notify([this] {
+    for (auto& shard : shards_) shard->Post(JoinTask{});
+  });
   transport_ = transport::CreateTransport(options_.transport);
 }
 
@@ -35,7 +39,8 @@ void Server::Shutdown() {
   if (!shards_.empty() && keys_freed() > 0) {
     BYTEPS_LOG(Info, "{} keys held at the end; {} freed once every worker released them", keys_held(), keys_freed());
   }
-  shards_.clear();  // joins after draining; buffers return to pool_
+  if (board_) board_->Close();  // a join drained below reaches no shard being destroyed
+  shards_.clear();              // joins after draining; buffers return to pool_
   transport_.reset();
 }
 

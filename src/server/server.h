@@ -14,6 +14,7 @@ namespace byteps::server {
 
 class BufferPool;  // buffer_pool.h and sum_engine.h are private to the server layer
 class SumEngine;
+class JoinBoard;
 
 struct ServerOptions {
   int num_workers = 1;
@@ -43,6 +44,7 @@ class Server : public transport::Handler {
 
   ServerOptions options_;
   std::unique_ptr<BufferPool> pool_;  // outlives the shards, which release its buffers
+  std::unique_ptr<JoinBoard> board_;  // the joined workers (join()), read by every shard
   std::vector<std::unique_ptr<SumEngine>> shards_;
   std::unique_ptr<transport::Transport> transport_;
 };

@@ -25,7 +25,12 @@ std::string DescribeDecl(const protocol::KeyInit& k) {
 }
 }  // namespace
 
-SumEngine::SumEngine(int index, int num_workers) : index_(index), num_workers_(num_workers) {
+SumEngine::SumEngine(int index, int num_workers, JoinBoard* board)
+    : index_(index),
+      num_workers_(num_workers),
+      own_board_(board ? nullptr : std::make_unique<JoinBoard>(num_workers)),
+      board_(board ? board : own_board_.get()) {
+  if (own_board_) own_board_->set_notify([this] { Post(JoinTask{}); });
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -42,6 +47,7 @@ void SumEngine::Post(PushTask t) { Enqueue(std::move(t)); }
 void SumEngine::Post(InitTask t) { Enqueue(std::move(t)); }
 void SumEngine::Post(LeaveTask t) { Enqueue(t); }
 void SumEngine::Post(ReleaseTask t) { Enqueue(t); }
+void SumEngine::Post(JoinTask t) { Enqueue(t); }
 
 void SumEngine::Enqueue(Task t) {
   {
@@ -67,6 +73,7 @@ void SumEngine::Run() {
       else if (auto* i = std::get_if<InitTask>(&t)) HandleInit(*i);
       else if (auto* l = std::get_if<LeaveTask>(&t)) HandleLeave(*l);
       else if (auto* r = std::get_if<ReleaseTask>(&t)) HandleRelease(*r);
+      else if (std::holds_alternative<JoinTask>(t)) HandleJoin();
     }
     batch.clear();
   }
@@ -88,8 +95,9 @@ Status SumEngine::UnevenEnd(const KeyState& ks, uint64_t key, int worker, uint32
   const uint32_t last = ks.last_round[gone];
   return Aborted(fmt::format(
       "tensor '{}' (key {}): worker {} needs round {}, but worker {} has shut down {}, so the round can never "
-      "complete. Every worker must make the same push_pulls of each tensor; for uneven data, stop every worker "
-      "at the same step (Horovod's join() is not supported by byteps yet; docs/troubleshooting.md)",
+      "complete. Every worker must make the same push_pulls of each tensor; for uneven data, a worker that runs "
+      "out of data calls join() instead of shutting down, or every worker stops at the same step "
+      "(docs/troubleshooting.md)",
       ks.init.name, key, worker, round, gone,
       last == 0 ? "without pushing it once" : fmt::format("after round {} of it", last)));
 }
@@ -210,7 +218,7 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
   Header h;
   h.opcode = Opcode::kPushPullReply;
   h.key = key;
-  h.round = ks.completed_round;
+  h.round = ks.completed_round - ks.skipped[w.worker];  // the worker's own numbering
   h.request_id = w.request_id;
   h.dtype = static_cast<uint8_t>(ks.init.dtype);
   h.payload_len = ks.init.bytes;
@@ -258,6 +266,7 @@ void SumEngine::HandlePush(PushTask& t) {
     ReplyError(t.conn, t.key, t.request_id, NotAMember(ks, t.key, t.worker, "pushed"));
     return;
   }
+  t.round += ks.skipped[t.worker];  // the worker's round in the key's numbering (rounds it sat out joined)
   const bool concat = ks.init.op == protocol::kOpConcat;
   const bool fits = concat ? t.offset <= ks.init.bytes && t.bytes <= ks.init.bytes - t.offset
                            : t.bytes == ks.init.bytes && t.offset == 0;
@@ -289,7 +298,9 @@ void SumEngine::HandlePush(PushTask& t) {
   if (t.round <= last) {
     // A resend: never count it again. Answer it if its round is complete, else re-point the
     // waiter at the connection the resend came on.
-    if (t.round == ks.completed_round && ks.result) {
+    if (t.round == ks.completed_round && !ks.round_error.ok()) {
+      ReplyError(t.conn, t.key, t.request_id, ks.round_error);
+    } else if (t.round == ks.completed_round && ks.result) {
       ReplySum(ks, t.key, Waiter{t.conn, t.request_id, t.worker, t.generation});
     } else {
       for (Waiter& w : ks.waiters)
@@ -313,6 +324,9 @@ void SumEngine::HandlePush(PushTask& t) {
     }
     if (t.bytes > 0) std::memcpy(ks.accum.get() + t.offset, t.data.get(), t.bytes);
     t.data.reset();
+  } else if (ks.init.op == protocol::kOpJoin) {
+    PushJoin(ks, t.key, t);
+    return;
   } else if (ks.init.op == protocol::kOpAdasum) {
     ks.parts.emplace_back(t.worker, std::move(t.data));  // Adasum is not associative: combined at the end
   } else if (ks.pushed == 0) {
@@ -324,14 +338,44 @@ void SumEngine::HandlePush(PushTask& t) {
   }
   ks.waiters.push_back(Waiter{t.conn, t.request_id, t.worker, t.generation});
   if (++ks.pushed < Needed(ks)) return;
-  if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
-  ks.result = std::move(ks.accum);
+  CompleteRound(ks, t.key);
+}
+
+void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
+  const std::vector<int> absent = AbsentJoined(ks);
+  const bool late = HasAttr(ks, protocol::kAttrJoin, protocol::kJoinLate);
+  for (int w : absent) {
+    ks.last_round[w]++;          // this round is done for it
+    if (!late) ks.skipped[w]++;  // its later rounds map past it (late: its push of it gets the result)
+  }
   ks.completed_round++;
   ks.pushed = 0;
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
-  for (const Waiter& w : waiters) ReplySum(ks, t.key, w);
-  MaybeFree(t.key);  // the last round a releaser waited for
+  ks.round_error = JoinedRoundError(ks, key, absent);
+  if (!ks.round_error.ok()) {
+    BYTEPS_LOG(Error, "{}", ks.round_error.message());
+    ks.accum.reset();
+    ks.parts.clear();
+    ks.result.reset();
+    for (const Waiter& w : waiters) ReplyError(w.conn, key, w.request_id, ks.round_error);
+    MaybeFree(key);
+    return;
+  }
+  const auto zeros = [&] {
+    return std::shared_ptr<uint8_t>(new uint8_t[std::max<size_t>(ks.init.bytes, 1)](), std::default_delete<uint8_t[]>());
+  };
+  if (!absent.empty() && ks.init.op == protocol::kOpAdasum) {
+    for (int w : absent) ks.parts.emplace_back(w, zeros());  // each its own: the tree writes into its inputs
+  } else if (!absent.empty() && ks.kind != ReduceKind::kSum && ks.init.bytes > 0) {
+    // min, max, prod: the zeros count once (each is idempotent with itself); a sum adds nothing.
+    auto dt = DataTypeFromCode(ks.init.dtype);
+    ReduceInto(ks.accum.get(), zeros().get(), ks.init.bytes / DataTypeSize(*dt), *dt, ks.kind);
+  }
+  if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
+  ks.result = std::move(ks.accum);
+  for (const Waiter& w : waiters) ReplySum(ks, key, w);
+  MaybeFree(key);  // the last round a releaser waited for
 }
 
 }  // namespace byteps::server

@@ -8,6 +8,16 @@
 // one partition, so this is the whole tensor's Adasum). Workers that declare a key
 // differently (name, size, dtype, op or attributes) all get a kMismatch error naming what differs.
 // A push is identified by (worker, key, round): a duplicate never counts twice.
+// Join (Horovod's join(), sum_engine_join.cc): a "join" key's push marks its worker joined on the
+// server's JoinBoard; while it is joined, rounds of the other keys complete without it, as if it
+// had pushed zeros (min/max/prod reduce with a zero buffer, adasum combines a zero vector);
+// concatenations and keys declared "join=fail" (reducescatter) fail that round instead (kMismatch);
+// "join=late" keys (one-shot agreements) answer the joined worker's own later push of the round
+// with its result.
+// Per (key, worker) the shard counts the rounds completed without the worker (`skipped`): its later
+// pushes and releases are numbered in its own rounds and mapped onto the key's (round + skipped),
+// and replies carry the worker's own round. The join round completes once every worker pushed it;
+// its result is the last push (the last worker's rank), and the board resets.
 // Threading: Post* from any thread; everything else on the shard's own thread.
 #pragma once
 
@@ -24,6 +34,7 @@
 
 #include "common/dtype.h"
 #include "protocol/control.h"
+#include "server/join_board.h"
 #include "transport/transport.h"
 
 namespace byteps::server {
@@ -71,9 +82,13 @@ struct ReleaseTask {
   uint32_t last_round = 0;
 };
 
+// Someone joined (JoinBoard): open rounds whose non-joined members all pushed complete now.
+struct JoinTask {};
+
 class SumEngine {
  public:
-  SumEngine(int index, int num_workers);
+  // `board`: the server's joined workers, shared by its shards (null: a board of this shard's own).
+  SumEngine(int index, int num_workers, JoinBoard* board = nullptr);
   ~SumEngine();  // drains and joins
   SumEngine(const SumEngine&) = delete;
   SumEngine& operator=(const SumEngine&) = delete;
@@ -82,6 +97,7 @@ class SumEngine {
   void Post(InitTask t);
   void Post(LeaveTask t);
   void Post(ReleaseTask t);
+  void Post(JoinTask t);
   // Keys this shard holds state for / has freed (any thread; a snapshot).
   size_t keys_held() const { return held_.load(std::memory_order_relaxed); }
   size_t keys_freed() const { return freed_.load(std::memory_order_relaxed); }
@@ -106,6 +122,8 @@ class SumEngine {
     int pushed = 0;
     std::vector<uint32_t> last_round;  // per worker
     std::vector<int64_t> released;     // per worker: its last round once it released the key, else -1
+    std::vector<uint32_t> skipped;     // per worker: rounds completed while it had joined (zeros)
+    Status round_error;                // the completed round failed (a concatenation while joined)
     std::vector<Waiter> waiters;
     std::shared_ptr<uint8_t> result;   // sum of completed_round
     // Per worker: whether it belongs to the key's process set (attribute "members"; all by
@@ -113,13 +131,26 @@ class SumEngine {
     std::vector<char> member;
     int num_members = 0;
   };
-  using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask>;
+  using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask, JoinTask>;
 
   void Run();
   void HandleInit(InitTask& t);
   void HandlePush(PushTask& t);
   void HandleLeave(const LeaveTask& t);
   void HandleRelease(const ReleaseTask& t);  // sum_engine_release.cc
+  // sum_engine_join.cc: completes every open round that no longer waits for anyone.
+  void HandleJoin();
+  // A join key's push (its data is the pusher's rank): marks the worker joined, or completes the
+  // join round and resets the board.
+  void PushJoin(KeyState& ks, uint64_t key, PushTask& t);
+  // The members that have joined and did not push the current round (they count as zeros).
+  std::vector<int> AbsentJoined(const KeyState& ks) const;
+  // Why a round of this key cannot go on while `absent` have joined ("" when it can).
+  static Status JoinedRoundError(const KeyState& ks, uint64_t key, const std::vector<int>& absent);
+  // Whether the key was declared with attribute key=value.
+  static bool HasAttr(const KeyState& ks, const char* key, const char* value);
+  // Completes the current round: the joined absentees' zeros, the result, the waiters' replies.
+  void CompleteRound(KeyState& ks, uint64_t key);
   // The state of `key`, with its per-worker vectors sized.
   KeyState& StateOf(uint64_t key);
   // Frees `key` when every worker released it (or left) and its rounds are complete; true if it did.
@@ -142,7 +173,8 @@ class SumEngine {
   // tensor when the attribute is malformed or leaves out the declaring worker); the pushes a
   // round needs; the error for a push or declaration from a worker outside the set.
   static Status SetMembers(KeyState& ks, uint64_t key, int num_workers, int declaring_worker);
-  static int Needed(const KeyState& ks) { return ks.num_members; }
+  // Pushes the current round needs: every member that has not joined (a join round: everyone).
+  int Needed(const KeyState& ks) const;
   static bool IsMember(const KeyState& ks, int worker) { return ks.member.empty() || ks.member[worker]; }
   static Status NotAMember(const KeyState& ks, uint64_t key, int worker, const char* what);
 
@@ -150,6 +182,8 @@ class SumEngine {
   const int num_workers_;
   std::unordered_map<uint64_t, KeyState> keys_;  // shard thread only
   std::vector<int> left_;                         // workers that have left (Leave), shard thread only
+  std::unique_ptr<JoinBoard> own_board_;          // when no shared board was given
+  JoinBoard* board_;
   std::atomic<size_t> held_{0};
   std::atomic<size_t> freed_{0};
 

@@ -14,6 +14,7 @@ SumEngine::KeyState& SumEngine::StateOf(uint64_t key) {
   if (added) {
     it->second.last_round.assign(num_workers_, 0);
     it->second.released.assign(num_workers_, -1);
+    it->second.skipped.assign(num_workers_, 0);
     held_.fetch_add(1, std::memory_order_relaxed);
   }
   return it->second;
@@ -32,10 +33,11 @@ void SumEngine::HandleRelease(const ReleaseTask& t) {
   if (t.worker < 0 || t.worker >= num_workers_) return;
   KeyState& ks = StateOf(t.key);
   if (ks.released[t.worker] >= 0) return;  // a repeat
-  ks.released[t.worker] = t.last_round;
+  // In the key's numbering: the worker counts only the rounds it pushed, not those it sat out joined.
+  ks.released[t.worker] = t.last_round + ks.skipped[t.worker];
   // A round in progress past the release can never complete: its waiters fail now.
   const uint32_t round = ks.completed_round + 1;
-  if (ks.error.ok() && !ks.waiters.empty() && round > t.last_round) {
+  if (ks.error.ok() && !ks.waiters.empty() && round > ks.released[t.worker]) {
     for (const Waiter& w : ks.waiters) ReplyError(w.conn, t.key, w.request_id, PastRelease(ks, t.key, w.worker, round, t.worker));
     BYTEPS_LOG(Error, "{}", PastRelease(ks, t.key, ks.waiters.front().worker, round, t.worker).message());
     ks.waiters.clear();

@@ -161,7 +161,7 @@ void Engine::StartPipeline() {
         // its waiter wakes (a caller reading the speed right after sees it).
         handles_->PartDone(*t->op, t->part, st, [this](const pipeline::Operation& op) {
           assigner_->End(*op.plan, op.status);  // before a waiter wakes: its next use sees it done
-          if (op.status.ok() && op.request.name.rfind(tuning::kInternalTuningPrefix, 0) != 0) {
+          if (op.status.ok() && op.request.name.rfind(kInternalPrefix, 0) != 0) {
             telemetry_.Add(op.request.bytes);
           }
         });
@@ -209,8 +209,8 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   StatusOr<const pipeline::Pipeline*> routed = pipelines_->For(r);
   if (!routed.ok()) return routed.status().WithContext(fmt::format("push_pull of '{}'", r.name));
   const pipeline::Pipeline* route = *routed;
-  // The tuning's own push_pulls (names under __byteps.tune.) are not iterations of the job.
-  const bool internal = r.name.rfind(tuning::kInternalTuningPrefix, 0) == 0;
+  // The core's own push_pulls (the tuning's, join's) are not iterations of the job.
+  const bool internal = r.name.rfind(kInternalPrefix, 0) == 0;
   std::shared_ptr<pipeline::Operation> op;
   std::optional<size_t> credit;
   {

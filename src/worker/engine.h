@@ -108,6 +108,13 @@ class Engine {
   // get_pushpull_speed: the oldest unread sample of completed push_pull bytes per second (the
   // job's own tensors, not the tuning's).
   SpeedSample NextSpeedSample() { return telemetry_.Next(); }
+  // Horovod's join() (engine_join.cc): this worker ran out of data. Waits for its operations in
+  // flight (BYTEPS_TIMEOUT), then for every worker to join (BYTEPS_TIMEOUT from this call; a
+  // timeout ends the job, whose servers still count this worker as joined). Meanwhile the servers
+  // count this worker's share of the others' reductions as zeros. Returns the rank of the last
+  // worker to join, the same on every worker. Afterwards every use of a tensor counts as past the
+  // online tuner's partition phase (the workers' use counts differ by the rounds some sat out).
+  StatusOr<int> Join();
   // Waits for outstanding work, tells the scheduler we are done, waits for the job's end.
   Status Shutdown();
 
@@ -185,6 +192,8 @@ class Engine {
   std::unique_ptr<tuning::Worker0Agreement> verdict_;  // worker 0: which generation stays
   bool explore_applied_ = false;                       // guarded by plan_mu_
   std::optional<uint32_t> verdict_applied_;            // guarded by plan_mu_
+  // Uses below this count as this (Join: past the partition phase, on every worker alike).
+  std::atomic<uint32_t> use_floor_{0};
   // The credit tuner that a verdict started waits for the next Enqueue to open its first
   // iteration and apply its credit (guarded by plan_mu_).
   std::optional<size_t> credit_switch_;

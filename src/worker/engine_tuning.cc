@@ -72,6 +72,8 @@ class EngineAsyncCollective : public tuning::AsyncCollective {
     r.output = data;
     r.bytes = bytes;
     r.dtype = dtype;
+    // A worker that joined before it issued gets the round the others completed without it.
+    r.attrs = fmt::format("{}={}", protocol::kAttrJoin, protocol::kJoinLate);
     return engine_->Enqueue(r);
   }
   Status Wait(int64_t handle, double timeout_s) override { return engine_->Wait(handle, timeout_s); }
@@ -159,10 +161,12 @@ Status Engine::TuneAtStart() {
       }
       schedule_ = std::make_unique<tuning::PartitionSchedule>(tuning::kPartitionWarmup, tuning::kPartitionPerVisit,
                                                               tuning::kPartitionVerdictLag);
+      // Worker 0 joined (join()) before deciding: no exploring; the start-up size stays.
       explore_ = std::make_unique<tuning::Worker0Agreement>("__byteps.tune.online.explore", rank_ == 0,
-                                                            config_.op_timeout_s);
-      verdict_ = std::make_unique<tuning::Worker0Agreement>("__byteps.tune.partition", rank_ == 0,
-                                                            config_.op_timeout_s);
+                                                            config_.op_timeout_s, tuning::SharedVector{});
+      verdict_ = std::make_unique<tuning::Worker0Agreement>(
+          "__byteps.tune.partition", rank_ == 0, config_.op_timeout_s,
+          tuning::SharedVector{0, 0, static_cast<int64_t>(partition_candidates_[0]), 0, 0});
       assigner_->set_scheduler([this](const std::string& name, uint32_t use) { return PlaceUse(name, use); });
       online = fmt::format("; the online tuner explores partitions of {} and {} bytes over {} iterations, then the "
                            "credit over {}",
@@ -253,7 +257,10 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
 
 StatusOr<planning::Placement> Engine::PlaceUse(const std::string& name, uint32_t use) {
   using Needs = tuning::PartitionSchedule::Needs;
-  if (name.rfind(tuning::kInternalTuningPrefix, 0) == 0) return planning::Placement{};
+  if (name.rfind(kInternalPrefix, 0) == 0) return planning::Placement{};
+  // After a join() every use counts as past the partition phase (Join: the workers' use counts
+  // of a name differ by the rounds some sat out).
+  use = std::max(use, use_floor_.load(std::memory_order_acquire));
   EngineAsyncCollective c(this);
   const Needs needs = schedule_->NeedsAt(use);
   if (use >= schedule_->explore_issue()) {
@@ -297,7 +304,9 @@ void Engine::ApplyExplore(const tuning::SharedVector& agreed) {
   explore_applied_ = true;
   if (agreed[1] != 0) return;
   // The partition phase ends here: every use stays in generation 0, and the credit is explored.
-  const std::string why = fmt::format("not explored online: the model's {} MiB would stay on the servers a second "
+  const std::string why = agreed[0] == 0 ? std::string("not explored online: worker 0 had joined (join()) before "
+                                                       "deciding")
+                                         : fmt::format("not explored online: the model's {} MiB would stay on the servers a second "
                                       "time (more than {} MiB; worker 0's declarations)",
                                       agreed[2], agreed[3]);
   BYTEPS_LOG(Info, "the partition size is {}", why);

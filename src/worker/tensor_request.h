@@ -32,6 +32,7 @@ enum class ReduceOp : uint8_t {
   kProduct = 4,  // the element-wise product (bool: and)
   kAdasum = 5,   // Adasum of the whole tensors in rank order (common/adasum.h; float16/32/64, one
                  // partition per tensor, one process per host)
+  kJoin = 6,     // Engine::Join's key only (protocol::kOpJoin): never a user's reduction
 };
 
 // The element-wise reduction of an op other than kConcat and kAdasum.
@@ -42,14 +43,16 @@ inline ReduceKind ReduceKindOf(ReduceOp op) {
     case ReduceOp::kProduct: return ReduceKind::kProduct;
     case ReduceOp::kSum:
     case ReduceOp::kConcat:
-    case ReduceOp::kAdasum: break;
+    case ReduceOp::kAdasum:
+    case ReduceOp::kJoin: break;
   }
   return ReduceKind::kSum;
 }
 
-// How errors name an operation: "sum", "min", "max", "product", "concatenation", "adasum".
+// How errors name an operation: "sum", "min", "max", "product", "concatenation", "adasum", "join".
 inline const char* ReduceOpName(ReduceOp op) {
   if (op == ReduceOp::kAdasum) return "adasum";
+  if (op == ReduceOp::kJoin) return "join";
   return op == ReduceOp::kConcat ? "concatenation" : ReduceKindName(ReduceKindOf(op));
 }
 
@@ -57,8 +60,13 @@ inline const char* ReduceOpName(ReduceOp op) {
 inline const char* KeyOpOf(ReduceOp op) {
   if (op == ReduceOp::kConcat) return protocol::kOpConcat;
   if (op == ReduceOp::kAdasum) return protocol::kOpAdasum;
+  if (op == ReduceOp::kJoin) return protocol::kOpJoin;
   return protocol::OpOfReduceKind(ReduceKindOf(op));
 }
+
+// The core's own tensors (the tuning's, join's) are named under this prefix: they are not the
+// job's iterations (no online tuning, no speed telemetry, always partition generation 0).
+inline constexpr const char* kInternalPrefix = "__byteps.";
 
 struct TensorRequest {
   std::string name;  // the core name ("byteps.<user name>" from the plugins)

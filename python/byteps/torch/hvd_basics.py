@@ -162,16 +162,24 @@ def barrier(process_set=global_process_set) -> None:
     from .hvd_allreduce import allreduce_async_  # noqa: PLC0415
 
     handle = C.next_handle(process_set)  # Horovod's barrier consumes a handle too
-    seq = C.op_key("barrier", None, handle).rsplit(".", 1)[1]  # numbered alike on every member
+    seq = C.barrier_number(process_set, handle)  # numbered alike on every member
     H.synchronize(allreduce_async_(torch.zeros(1, dtype=torch.int32), name=f"barrier.{seq}", op=C.Sum,
                                    process_set=process_set))
 
 
 def join(device: int = -1) -> int:
-    """Not built yet: byteps needs every worker in every operation."""
-    raise ValueError("join() is not supported by byteps yet: every worker must make every call (give every worker "
-                     "the same number of steps, e.g. drop the last uneven batch); a later version builds it on the "
-                     "servers")
+    """Marks this worker as out of data and blocks until every worker has called ``join``; returns
+    the rank of the last worker to join (the same on every worker).  Meanwhile the other workers'
+    allreduces go on with this worker's share counted as zeros (Average still divides by
+    ``size()``), and their allgathers, broadcasts, alltoalls and reducescatters fail with
+    HorovodInternalError, as in Horovod.  The zeros are the servers' (``device`` only says where
+    Horovod would allocate them; any int is accepted).  Global set only; one process per host."""
+    if not _basics.is_initialized():
+        raise C.internal_error(_NOT_INIT)
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise ValueError(f"join: device must be an int (a CUDA index, or -1 for the CPU), got {device!r}")
+    C.next_handle(global_process_set)  # Horovod's join consumes a handle too
+    return int(_basics.join())
 
 
 def start_timeline(file_path, mark_cycles: bool = False) -> None:

@@ -92,7 +92,7 @@ def _reducescatter(tensors, name, op, process_set, pre, post, what, prefix, sing
     keys = keys_for(prefix, name, None if single else len(tensors), handle, process_set)
     outs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     core_handles, finish = begin_allreduce(tensors, outs, keys, op, pre, post, what, inplace=False,
-                                           process_set=process_set)
+                                           process_set=process_set, join_fails=True)
     n, me = C.set_size(process_set), C.set_rank(process_set)
 
     def stage(_outputs):

@@ -109,6 +109,7 @@ _in_flight: set = set()
 _set_handles = 0     # handles consumed by ops of sets other than the global one
 _set_seq: dict = {}  # set id -> handles its ops consumed
 _auto_seq: dict = {}  # handle of a set op -> its position among that set's ops
+_barrier_seq: dict = {}  # set id (None: global) -> barriers made
 
 
 def next_handle(process_set=None) -> int:
@@ -126,6 +127,18 @@ def next_handle(process_set=None) -> int:
         else:
             _auto_seq[handle] = handle - _set_handles
         return handle
+
+
+def barrier_number(process_set, handle: int) -> int:
+    """The number of this barrier among the set's barriers on this worker: barriers are numbered
+    apart from the other ops, so that workers that made different numbers of ops (one that ran out
+    of data and joined) still meet at the same barrier."""
+    scope = None if is_global(process_set) else process_set.process_set_id
+    with _lock:
+        _auto_seq.pop(handle, None)
+        n = _barrier_seq.get(scope, 0) + 1
+        _barrier_seq[scope] = n
+        return n
 
 
 def op_key(prefix: str, name: Optional[str], handle: int, process_set=None) -> str:
@@ -260,6 +273,7 @@ def reset_names() -> None:
         _set_handles = 0
         _set_seq.clear()
         _auto_seq.clear()
+        _barrier_seq.clear()
 
 
 # Process sets use the starts above; their names are part of this module's surface.

@@ -183,6 +183,7 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Place(const std::string& name, const S
     req.dtype = static_cast<int>(sig.dtype);
     req.partition_bytes = gens_[g];
     req.whole = sig.op == protocol::kOpAdasum;  // one partition: its dot products span the tensor
+    req.spread = sig.op == protocol::kOpJoin;   // one partition per server: every server must see it
   }
   auto resolved = resolve_(req);
   std::lock_guard<std::mutex> lock(mu_);

@@ -6,8 +6,9 @@
 
 namespace byteps::worker::tuning {
 
-Worker0Agreement::Worker0Agreement(std::string name, bool is_rank0, double timeout_s)
-    : name_(std::move(name)), is_rank0_(is_rank0), timeout_s_(timeout_s) {}
+Worker0Agreement::Worker0Agreement(std::string name, bool is_rank0, double timeout_s,
+                                   std::optional<SharedVector> absent)
+    : name_(std::move(name)), is_rank0_(is_rank0), timeout_s_(timeout_s), absent_(std::move(absent)) {}
 
 void Worker0Agreement::Issue(AsyncCollective& c, const std::function<SharedVector()>& mine) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -38,6 +39,8 @@ void Worker0Agreement::Keep(AsyncCollective& c, const Status& st) {
   if (outcome_) return;
   if (!st.ok()) {
     outcome_ = st;
+  } else if (data_[0] == 0 && absent_) {
+    outcome_ = *absent_;  // worker 0 had joined before deciding: everyone takes the default
   } else {
     Status checked = CheckSharedFromWorker0(name_, data_);
     outcome_ = checked.ok() ? StatusOr<SharedVector>(data_) : StatusOr<SharedVector>(checked);

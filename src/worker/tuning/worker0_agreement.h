@@ -35,7 +35,11 @@ class AsyncCollective {
 
 class Worker0Agreement {
  public:
-  Worker0Agreement(std::string name, bool is_rank0, double timeout_s);
+  // `absent`: the outcome when the sum carries no word from worker 0 because worker 0 had joined
+  // (join()) before it issued: the servers counted it as zeros, and its own later Issue gets that
+  // same sum (the agreement's key is declared "join=late"). Without it, that is an error.
+  Worker0Agreement(std::string name, bool is_rank0, double timeout_s,
+                   std::optional<SharedVector> absent = std::nullopt);
 
   // Starts the push_pull unless it started already; `mine` gives worker 0's values (its [0] is
   // replaced by the version). A failure to start is kept as the agreement's outcome.
@@ -52,6 +56,7 @@ class Worker0Agreement {
   const std::string name_;
   const bool is_rank0_;
   const double timeout_s_;
+  const std::optional<SharedVector> absent_;
   mutable std::mutex mu_;
   SharedVector data_{};              // the push_pull's buffer
   std::optional<int64_t> handle_;    // once started

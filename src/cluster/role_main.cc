@@ -1,8 +1,5 @@
 #include "cluster/role_main.h"
 
-#include <chrono>
-#include <thread>
-
 #include "cluster/cluster_config.h"
 #include "cluster/scheduler.h"
 
@@ -13,11 +10,11 @@ Status RunScheduler(const config::Config& c) {
   if (!s.ok()) return s.status();
   Status st = s.value()->Wait();
   // A job that could not start because a node contradicted it (InvalidArgument: its size, a
-  // duplicate rank): stay a moment, so that a node still starting is refused with the reason
-  // instead of finding nobody there (it would wait out its own start deadline). After the start
-  // deadline itself there is nobody left to tell.
+  // duplicate rank): stay up to a second, or until every node has been answered, so that a node
+  // still starting is refused with the reason instead of finding nobody there (it would wait out
+  // its own start deadline). After the start deadline itself there is nobody left to tell.
   if (st.code() == StatusCode::kInvalidArgument && !s.value()->rendezvous_done()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    s.value()->WaitEveryRegistrationAnswered(1.0);
   }
   s.value()->WaitDisconnect(2.0);
   return st;

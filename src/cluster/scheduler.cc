@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/logging.h"
 
 namespace byteps::cluster {
@@ -110,6 +112,18 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
   }
   if (refuse) c.Close(ProtocolError("frame before registration"));
   Flush(&out);
+  if (h.opcode == Opcode::kRegister) {
+    NoteRegistrationAnswered(std::string(reinterpret_cast<const char*>(b.data), b.size));
+  }
+}
+
+void Scheduler::NoteRegistrationAnswered(const std::string& payload) {
+  auto r = protocol::DecodeRegisterRequest(payload);
+  if (!r.ok() || r->rejoin) return;  // a malformed one names nobody; a rejoin was counted before
+  std::lock_guard<std::mutex> lock(mu_);
+  answered_.insert(r->instance.empty() ? fmt::format("{} pid {} at {}", r->role, r->pid, r->host) : r->instance);
+  largest_claimed_size_ = std::max(largest_claimed_size_, r->num_workers + r->num_servers);
+  cv_.notify_all();
 }
 
 void Scheduler::HandleBarrierLocked(transport::Connection& c, const Node& node, const Header& h, Outbox* out) {
@@ -173,6 +187,14 @@ Status Scheduler::Wait() {
 bool Scheduler::rendezvous_done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return rendezvous_done_;
+}
+
+void Scheduler::WaitEveryRegistrationAnswered(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    const int expected = std::max(options_.num_workers + options_.num_servers, largest_claimed_size_);
+    return static_cast<int>(answered_.size()) >= expected;
+  });
 }
 
 void Scheduler::WaitDisconnect(double timeout_s) {

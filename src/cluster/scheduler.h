@@ -61,6 +61,11 @@ class Scheduler : public transport::Handler {
   Status Wait();
   // After Wait: gives nodes up to timeout_s to read Terminate and hang up.
   void WaitDisconnect(double timeout_s);
+  // After a Wait that failed before the job started: waits up to timeout_s until every node of the
+  // job has had its registration answered (accepted, or refused with the reason), so that a node
+  // still starting hears why rather than finding nobody. Every node: the job's size, or the larger
+  // size a node claimed (its processes were launched for that). Returns as soon as all have.
+  void WaitEveryRegistrationAnswered(double timeout_s);
   // Ends the job now with `reason` (e.g. on SIGTERM): nodes get Terminate(failure).
   void Stop(const Status& reason);
 
@@ -89,6 +94,8 @@ class Scheduler : public transport::Handler {
   void HandleFinishLocked(Node& node, const protocol::Header& h, const std::string& payload, Outbox* out);
   void MaybeCompleteRendezvousLocked(Outbox* out);
   void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
+  // A registration (not a rejoin) was answered and the answer sent.
+  void NoteRegistrationAnswered(const std::string& payload);
   void TerminateLocked(uint64_t code, Outbox* out);
   std::string MissingLocked() const;
   void Watchdog();
@@ -121,6 +128,10 @@ class Scheduler : public transport::Handler {
     Clock::TimePoint deadline;
   };
   std::vector<LostNode> lost_;
+  // Nodes whose registration was answered (by instance, else role, pid and host), and the largest
+  // job size a registering node claimed: for WaitEveryRegistrationAnswered.
+  std::set<std::string> answered_;
+  int largest_claimed_size_ = 0;
   Clock::TimePoint start_time_;
   std::thread watchdog_;
 };

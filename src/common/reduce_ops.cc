@@ -7,29 +7,14 @@
 // intrinsic per dtype.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
-#include "common/half.h"
+#include "common/dtype_dispatch.h"
 #include "common/logging.h"
 #include "common/reducer.h"
 
 namespace byteps {
 namespace {
-
-using OpFn = void (*)(char* dst, const char* src, size_t count);
-
-template <typename T>
-T Load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-template <typename T>
-void Store(char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
 
 // The three reductions on values of one arithmetic type. Integers multiply in unsigned 64 bits
 // (wrap-around is defined there and, truncated, equals two's complement; a narrower unsigned
@@ -71,26 +56,26 @@ template <class Op, typename T>
 void Plain(char* d, const char* s, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const size_t off = i * sizeof(T);
-    Store<T>(d + off, Op::template Apply<T>(Load<T>(d + off), Load<T>(s + off)));
+    StoreUnaligned<T>(d + off, Op::template Apply<T>(LoadUnaligned<T>(d + off), LoadUnaligned<T>(s + off)));
   }
 }
 
 // float16 / bfloat16: computed in float32. Min and max pick one input's bits (no rounding, and a
 // NaN keeps its payload); the product is rounded once back.
-template <class Op, float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+template <class Op, class H>
 void Half(char* d, const char* s, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const size_t off = i * 2;
-    const uint16_t a = Load<uint16_t>(d + off), b = Load<uint16_t>(s + off);
-    const float fa = ToF(a), fb = ToF(b);
+    const uint16_t a = LoadUnaligned<uint16_t>(d + off), b = LoadUnaligned<uint16_t>(s + off);
+    const float fa = H::ToFloat(a), fb = H::ToFloat(b);
     uint16_t out;
     if constexpr (std::is_same_v<Op, ProductOp>) {
-      out = FromF(fa * fb);
+      out = H::FromFloat(fa * fb);
     } else {
       const bool b_wins = std::is_same_v<Op, MinOp> ? fb < fa : fa < fb;
       out = !std::isnan(fa) && (std::isnan(fb) || b_wins) ? b : a;
     }
-    Store<uint16_t>(d + off, out);
+    StoreUnaligned<uint16_t>(d + off, out);
   }
 }
 
@@ -103,14 +88,23 @@ void Bool(char* d, const char* s, size_t n) {
   }
 }
 
-// Indexed by the DataType code (common/dtype.h).
+// The kernels of one reduction, per element type (common/dtype_dispatch.h builds the table).
 template <class Op>
-constexpr OpFn kKernels[kNumDataTypes] = {
-    Plain<Op, float>,   Plain<Op, double>, Half<Op, HalfToFloat, FloatToHalf>,
-    Plain<Op, uint8_t>, Plain<Op, int32_t>, Plain<Op, int8_t>,
-    Plain<Op, int64_t>, Half<Op, BFloat16ToFloat, FloatToBFloat16>,
-    Plain<Op, int16_t>, Bool<Op>,
+struct OpKernels {
+  template <typename E>
+  static constexpr ElementwiseFn For() {
+    if constexpr (std::is_same_v<E, BoolElement>) {
+      return Bool<Op>;
+    } else if constexpr (kIsHalfElement<E>) {
+      return Half<Op, E>;
+    } else {
+      return Plain<Op, E>;
+    }
+  }
 };
+
+template <class Op>
+constexpr auto kKernels = MakeKernelTable<OpKernels<Op>>();
 
 }  // namespace
 
@@ -130,9 +124,9 @@ void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
   BYTEPS_CHECK(code < static_cast<size_t>(kNumDataTypes));
   BYTEPS_CHECK(ReducerImplAvailable(impl));
   if (count == 0) return;
-  const OpFn* kernels = kind == ReduceKind::kMin   ? kKernels<MinOp>
-                        : kind == ReduceKind::kMax ? kKernels<MaxOp>
-                                                   : kKernels<ProductOp>;
+  const ElementwiseFn* kernels = kind == ReduceKind::kMin   ? kKernels<MinOp>.data()
+                                  : kind == ReduceKind::kMax ? kKernels<MaxOp>.data()
+                                                             : kKernels<ProductOp>.data();
   BYTEPS_CHECK(kind == ReduceKind::kMin || kind == ReduceKind::kMax || kind == ReduceKind::kProduct);
   kernels[code](static_cast<char*>(dst), static_cast<const char*>(src), count);
 }

@@ -11,10 +11,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
-#include "common/half.h"
+#include "common/dtype_dispatch.h"
 #include "common/logging.h"
 
 #if defined(__x86_64__)
@@ -25,22 +24,6 @@
 
 namespace byteps {
 namespace {
-
-// dst/src are byte pointers: elements may be unaligned, so every scalar access goes through memcpy
-// (compiled to a plain mov), which is well-defined at any address.
-using SumFn = void (*)(char* dst, const char* src, size_t count);
-
-template <typename T>
-T Load(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-template <typename T>
-void Store(char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
 
 // ---------------------------------------------------------------------------------------------
 // Scalar kernels.
@@ -60,24 +43,17 @@ void SumScalar(char* d, const char* s, size_t n) {
   using U = typename AddType<T>::type;
   for (size_t i = 0; i < n; ++i) {
     const size_t off = i * sizeof(U);
-    Store<U>(d + off, static_cast<U>(Load<U>(d + off) + Load<U>(s + off)));
+    StoreUnaligned<U>(d + off, static_cast<U>(LoadUnaligned<U>(d + off) + LoadUnaligned<U>(s + off)));
   }
 }
 
+// float16 / bfloat16: summed in float32, rounded once back.
+template <class H>
 void SumHalfScalar(char* d, const char* s, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const size_t off = i * 2;
-    const float sum = HalfToFloat(Load<uint16_t>(d + off)) + HalfToFloat(Load<uint16_t>(s + off));
-    Store<uint16_t>(d + off, FloatToHalf(sum));
-  }
-}
-
-void SumBFloat16Scalar(char* d, const char* s, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const size_t off = i * 2;
-    const float sum =
-        BFloat16ToFloat(Load<uint16_t>(d + off)) + BFloat16ToFloat(Load<uint16_t>(s + off));
-    Store<uint16_t>(d + off, FloatToBFloat16(sum));
+    const float sum = H::ToFloat(LoadUnaligned<uint16_t>(d + off)) + H::ToFloat(LoadUnaligned<uint16_t>(s + off));
+    StoreUnaligned<uint16_t>(d + off, H::FromFloat(sum));
   }
 }
 
@@ -88,12 +64,21 @@ void SumBoolScalar(char* d, const char* s, size_t n) {
   for (size_t i = 0; i < n; ++i) d[i] = static_cast<char>((d[i] != 0) | (s[i] != 0));
 }
 
-// Indexed by the DataType code (see common/dtype.h).
-constexpr SumFn kScalarKernels[kNumDataTypes] = {
-    SumScalar<float>,   SumScalar<double>, SumHalfScalar,      SumScalar<uint8_t>,
-    SumScalar<int32_t>, SumScalar<int8_t>, SumScalar<int64_t>, SumBFloat16Scalar,
-    SumScalar<int16_t>, SumBoolScalar,
+// The scalar kernel of each dtype; common/dtype_dispatch.h lays them out by DataType code.
+struct ScalarSum {
+  template <typename E>
+  static constexpr ElementwiseFn For() {
+    if constexpr (std::is_same_v<E, BoolElement>) {
+      return SumBoolScalar;
+    } else if constexpr (kIsHalfElement<E>) {
+      return SumHalfScalar<E>;
+    } else {
+      return SumScalar<E>;
+    }
+  }
 };
+
+constexpr auto kScalarKernels = MakeKernelTable<ScalarSum>();
 
 // ---------------------------------------------------------------------------------------------
 // AVX2 kernels. Each Op sums one 32-byte block of dst (Step) and hands odd leftovers to the
@@ -136,7 +121,7 @@ struct PlainOp {
 
 struct HalfOp {
   static constexpr size_t kSize = 2;
-  static void Scalar(char* d, const char* s, size_t n) { SumHalfScalar(d, s, n); }
+  static void Scalar(char* d, const char* s, size_t n) { SumHalfScalar<Float16Element>(d, s, n); }
 
   // 8 halves -> 8 floats, add, round once back with round-to-nearest-even (not MXCSR's mode).
   BYTEPS_TARGET_AVX2 static inline void Step8(char* d, const char* s) {
@@ -153,7 +138,7 @@ struct HalfOp {
 
 struct BFloat16Op {
   static constexpr size_t kSize = 2;
-  static void Scalar(char* d, const char* s, size_t n) { SumBFloat16Scalar(d, s, n); }
+  static void Scalar(char* d, const char* s, size_t n) { SumHalfScalar<BFloat16Element>(d, s, n); }
 
   // Rounds float32 lanes to bfloat16 in the high 16 bits, exactly as FloatToBFloat16: add 0x7fff
   // plus the lsb of the kept half (ties to even; overflow carries into inf).
@@ -231,12 +216,23 @@ BYTEPS_TARGET_AVX2 void SumAvx2(char* d, const char* s, size_t n) {
   Op::Scalar(d + i, s + i, (bytes - i) / Op::kSize);
 }
 
-constexpr SumFn kAvx2Kernels[kNumDataTypes] = {
-    SumAvx2<PlainOp<float>>,   SumAvx2<PlainOp<double>>, SumAvx2<HalfOp>,
-    SumAvx2<PlainOp<uint8_t>>, SumAvx2<PlainOp<int32_t>>, SumAvx2<PlainOp<int8_t>>,
-    SumAvx2<PlainOp<int64_t>>, SumAvx2<BFloat16Op>,       SumAvx2<PlainOp<int16_t>>,
-    SumBoolScalar,  // rare (zero-padded allgathers of bools): the scalar or is enough
+// The AVX2 kernel of each dtype, laid out the same way.
+struct Avx2Sum {
+  template <typename E>
+  static constexpr ElementwiseFn For() {
+    if constexpr (std::is_same_v<E, BoolElement>) {
+      return SumBoolScalar;  // rare (zero-padded allgathers of bools): the scalar or is enough
+    } else if constexpr (std::is_same_v<E, Float16Element>) {
+      return SumAvx2<HalfOp>;
+    } else if constexpr (std::is_same_v<E, BFloat16Element>) {
+      return SumAvx2<BFloat16Op>;
+    } else {
+      return SumAvx2<PlainOp<E>>;
+    }
+  }
 };
+
+constexpr auto kAvx2Kernels = MakeKernelTable<Avx2Sum>();
 
 bool CpuHasAvx2() {
   // __builtin_cpu_supports checks the OS-enabled YMM state (XGETBV), not just the CPUID bits.
@@ -256,18 +252,18 @@ bool CpuHasAvx2() { return false; }
 
 #endif
 
-const SumFn* Kernels(ReducerImpl impl) {
+const ElementwiseFn* Kernels(ReducerImpl impl) {
   switch (impl) {
     case ReducerImpl::kScalar:
-      return kScalarKernels;
+      return kScalarKernels.data();
     case ReducerImpl::kAvx2:
 #if defined(__x86_64__)
-      if (CpuHasAvx2()) return kAvx2Kernels;
+      if (CpuHasAvx2()) return kAvx2Kernels.data();
 #endif
       return nullptr;
     case ReducerImpl::kAuto: {
-      static const SumFn* const best =
-          ReducerImplAvailable(ReducerImpl::kAvx2) ? Kernels(ReducerImpl::kAvx2) : kScalarKernels;
+      static const ElementwiseFn* const best =
+          ReducerImplAvailable(ReducerImpl::kAvx2) ? Kernels(ReducerImpl::kAvx2) : kScalarKernels.data();
       return best;
     }
   }
@@ -299,7 +295,7 @@ const char* ReducerImplName(ReducerImpl impl) {
 void SumInto(void* dst, const void* src, size_t count, DataType dtype, ReducerImpl impl) {
   const auto code = static_cast<size_t>(dtype);
   BYTEPS_CHECK(code < static_cast<size_t>(kNumDataTypes));
-  const SumFn* kernels = Kernels(impl);
+  const ElementwiseFn* kernels = Kernels(impl);
   BYTEPS_CHECK(kernels != nullptr);
   if (count == 0) return;
   kernels[code](static_cast<char*>(dst), static_cast<const char*>(src), count);

@@ -210,7 +210,10 @@ StatusOr<std::unique_ptr<Group>> JoinNcclGroup(std::shared_ptr<Device> device, c
   ncclComm_t comm = nullptr;
   ncclResult_t r = n.CommInitRankConfig(&comm, size, uid, rank, &config);
   // NCCL's nonblocking init has no wait with a deadline and no fd or callback to block on: its
-  // state is only read through ncclCommGetAsyncError, so this polls, backing off to 5 ms.
+  // state is only read through ncclCommGetAsyncError, so this polls, backing off to 5 ms. The sleep
+  // is deliberate: there is no event to wait on instead. A blocking init on a helper thread would
+  // give one (a condition set when it returns), but could not be cut off at the deadline: it hands
+  // out the communicator ncclCommAbort needs only when it is done.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   auto pause = std::chrono::microseconds(50);
   while (r == ncclInProgress) {

@@ -12,6 +12,9 @@
   ``(returncode, stdout, stderr)``; it also checks that no process of the job outlived it.
 * ``cluster``: starts a scheduler, servers and workers one by one, without bpsrun, for the tests
   that need per-process environments or must watch every process exit by itself.
+* Worker-script parts several test files start their scripts with: ``HVD_PRELUDE`` (byteps.torch
+  as hvd, ``fails``, ``expect``, ``finish``), ``NUMPY_PRELUDE`` (byteps.numpy, ``emit_result``),
+  ``LOCAL_SPAWNER`` (several processes per worker host) and ``job_results`` (their RESULT lines).
 
 Every subprocess runs under a timeout and is killed (its whole process group) at teardown.
 """
@@ -19,6 +22,7 @@ Every subprocess runs under a timeout and is killed (its whole process group) at
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import select
 import signal
@@ -121,6 +125,72 @@ def run_job(tmp_path: Path, require_core: None):
         return result
 
     return run
+
+
+# --------------------------------------------------------------------------------------------
+# worker-script parts
+
+# A Horovod-API worker: every check appends to `fails` (the script goes on, so one run reports
+# every failure); `expect` checks that a call raises `error` with `needle` in its message; `finish`
+# prints ALL OK (or the failures), shuts down and exits 0 (1 on any failure). Scripts that tweak
+# init replace the text "hvd.init()".
+HVD_PRELUDE = r"""
+import sys, warnings
+import torch
+import byteps.torch as hvd
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+fails = []
+
+def expect(what, error, needle, call):
+    try:
+        call()
+        fails.append(f"{what}: no {error.__name__}")
+    except error as e:
+        if needle not in str(e):
+            fails.append(f"{what}: {needle!r} not in {e}")
+    except Exception as e:
+        fails.append(f"{what}: {type(e).__name__} instead of {error.__name__}: {e}")
+
+def finish():
+    print("FAILS", len(fails), fails[:20], flush=True) if fails else print("ALL OK", flush=True)
+    hvd.shutdown()
+    sys.exit(1 if fails else 0)
+"""
+
+# A byteps.numpy worker that reports one JSON object through emit_result (read back by
+# job_results). Scripts that tweak init replace the text "bps.init()".
+NUMPY_PRELUDE = r"""
+import json, os
+import numpy as np
+import byteps.numpy as bps
+bps.init()
+rank, size = bps.rank(), bps.size()
+
+def emit_result(out):
+    os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())  # one write: siblings share stdout
+"""
+
+# Runs as each worker host, like bpslaunch: BPS_LOCAL processes of the script in BPS_CHILD with
+# local ranks, each given BPS_CHILD_TIMEOUT seconds (default 60); exits with the worst child's code.
+LOCAL_SPAWNER = r"""
+import os, subprocess, sys
+n = int(os.environ["BPS_LOCAL"])
+child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
+with open(child, "w") as f:
+    f.write(os.environ["BPS_CHILD"])
+procs = [subprocess.Popen([sys.executable, child],
+                          env={**os.environ, "BYTEPS_LOCAL_RANK": str(i), "BYTEPS_LOCAL_SIZE": str(n)})
+         for i in range(n)]
+timeout = float(os.environ.get("BPS_CHILD_TIMEOUT", "60"))
+sys.exit(max(p.wait(timeout=timeout) for p in procs))
+"""
+
+
+def job_results(output: str) -> list[dict]:
+    """The objects a job's processes reported with emit_result, in output order."""
+    return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import HVD_PRELUDE
+
 pytestmark = pytest.mark.usefixtures("require_core")
 
-COMMON = r"""
-import sys, warnings
-import torch
-import byteps.torch as hvd
-
-hvd.init()
-r, n = hvd.rank(), hvd.size()
-fails = []
-
+# HVD_PRELUDE plus this file's exact inputs and comparison; the other test_hvd_* files start
+# their scripts with it too.
+COMMON = HVD_PRELUDE + r"""
 def inp(w, shape, dtype, lo=1):  # worker w's input: small values, exact in every dtype
     count = 1
     for d in shape:
@@ -35,21 +31,6 @@ def same(what, got, want):
         fails.append(f"{what}: got {got.dtype} {tuple(got.shape)}, want {want.dtype} {tuple(want.shape)}")
     elif not torch.equal(got, want):
         fails.append(f"{what}: got {got.flatten()[:6].tolist()} want {want.flatten()[:6].tolist()}")
-
-def expect(what, error, needle, call):
-    try:
-        call()
-        fails.append(f"{what}: no {error.__name__}")
-    except error as e:
-        if needle not in str(e):
-            fails.append(f"{what}: {needle!r} not in {e}")
-    except Exception as e:
-        fails.append(f"{what}: {type(e).__name__} instead of {error.__name__}: {e}")
-
-def finish():
-    print("FAILS", len(fails), fails[:20], flush=True) if fails else print("ALL OK", flush=True)
-    hvd.shutdown()
-    sys.exit(1 if fails else 0)
 """
 
 OPS = COMMON + r"""

@@ -1,33 +1,13 @@
 """Several training processes per worker host (BYTEPS_LOCAL_SIZE > 1): they reduce through shared
 memory and only the local root talks to the servers. Results must equal the flat path's."""
-import json
 import secrets
 
 import pytest
 
+from conftest import LOCAL_SPAWNER, NUMPY_PRELUDE, job_results
 from tools.procinfo import shm_leftovers  # conftest.py put the repository root on sys.path
 
-# Runs as each worker host: starts BPS_LOCAL processes of the child script with local ranks,
-# like bpslaunch, and fails if any child fails.
-SPAWNER = r'''
-import os, subprocess, sys
-n = int(os.environ["BPS_LOCAL"])
-child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
-with open(child, "w") as f:
-    f.write(os.environ["BPS_CHILD"])
-procs = [subprocess.Popen([sys.executable, child],
-                          env={**os.environ, "BYTEPS_LOCAL_RANK": str(i), "BYTEPS_LOCAL_SIZE": str(n)})
-         for i in range(n)]
-codes = [p.wait(timeout=60) for p in procs]
-sys.exit(max(codes))
-'''
-
-CHILD = r'''
-import json, os
-import numpy as np
-import byteps.numpy as bps
-bps.init()
-rank, size = bps.rank(), bps.size()
+CHILD = NUMPY_PRELUDE + r'''
 out = {"rank": rank, "size": size, "local_rank": bps.local_rank(), "local_size": bps.local_size()}
 sums = {}
 for rnd in range(3):
@@ -40,7 +20,7 @@ for rnd in range(3):
             m = bps.push_pull(x, average=True, name="avg")
             sums[f"avg{rnd}"] = float(m.astype(np.float64).sum())
 out["sums"] = sums
-os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())  # one write: siblings share stdout
+emit_result(out)
 bps.shutdown()
 '''
 
@@ -56,10 +36,6 @@ def expected(size):
     return sums
 
 
-def results(output):
-    return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
-
-
 # The last case has two PCIe switches of 2 per host: every process also joins its switch's circle
 # and the switches' roots their cross-switch one (the device path's); host tensors still reduce
 # over every local process, and all circles start and leave cleanly.
@@ -73,9 +49,9 @@ def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers, switch):
     if switch:
         env["BYTEPS_PCIE_SWITCH_SIZE"] = str(switch)
         env["BYTEPS_LOG_LEVEL"] = "INFO"
-    r = run_job(hosts, max(servers, 1), SPAWNER, env=env, timeout=60, force_distributed=servers > 0)
+    r = run_job(hosts, max(servers, 1), LOCAL_SPAWNER, env=env, timeout=60, force_distributed=servers > 0)
     assert r.returncode == 0, r.output
-    res = results(r.output)
+    res = job_results(r.output)
     size = hosts * local
     assert len(res) == size, r.output
     assert sorted(x["rank"] for x in res) == list(range(size))
@@ -93,7 +69,7 @@ def test_local_reduce_matches_flat_sum(run_job, hosts, local, servers, switch):
 def test_local_rank_missing_fails_with_clear_error(run_job):
     env = {"BPS_LOCAL": "1", "BPS_CHILD": CHILD, "BYTEPS_START_TIMEOUT": "3"}
     # the only process is local rank 1 of BYTEPS_LOCAL_SIZE=2: its local root never starts
-    script = SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
+    script = LOCAL_SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
         '"BYTEPS_LOCAL_RANK": str(i)', '"BYTEPS_LOCAL_RANK": "0"')
     r = run_job(1, 1, script, env=env, timeout=30)
     assert r.returncode != 0
@@ -119,7 +95,7 @@ bps.shutdown()""")
 def test_a_duplicate_local_rank_is_refused_at_once_with_the_reason(run_job):
     env = {"BPS_LOCAL": "3", "BPS_CHILD": DUPLICATE_CHILD, "BYTEPS_START_TIMEOUT": "30"}
     # three processes for BYTEPS_LOCAL_SIZE=2: local ranks 0, 0 and 1 (the root)
-    script = SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
+    script = LOCAL_SPAWNER.replace('"BYTEPS_LOCAL_SIZE": str(n)', '"BYTEPS_LOCAL_SIZE": "2"').replace(
         '"BYTEPS_LOCAL_RANK": str(i)', '"BYTEPS_LOCAL_RANK": str(max(0, i - 1))')
     r = run_job(1, 1, script, env=env, timeout=60)
     assert r.returncode != 0, r.output

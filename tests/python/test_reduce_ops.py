@@ -3,19 +3,14 @@ allgather and broadcast, the local reduce applying the op (BYTEPS_LOCAL_SIZE=2),
 disagree on a tensor's declaration attributes all getting BytePSError (a RuntimeError, not a
 ValueError). Each job runs many cases and reports them in one RESULT line per process; expected
 values are computed with NumPy from every rank's (deterministic) input."""
-import json
+from conftest import LOCAL_SPAWNER, NUMPY_PRELUDE, job_results
 
-# Helpers every job script starts with: deterministic inputs per rank, and a reduce through
-# _basics.start_reduce. bfloat16 has no NumPy dtype here: its arrays are uint16 bit patterns
-# (the top half of float32s that are small integers, so they are exact).
-PRELUDE = r'''
-import json, os
-import numpy as np
-import byteps.numpy as bps
+# Helpers every job script starts with (after conftest's NUMPY_PRELUDE): deterministic inputs per
+# rank, and a reduce through _basics.start_reduce. bfloat16 has no NumPy dtype here: its arrays are
+# uint16 bit patterns (the top half of float32s that are small integers, so they are exact).
+PRELUDE = NUMPY_PRELUDE + r'''
 from byteps import _basics
-bps.init()
 c = _basics.core()
-rank, size = bps.rank(), bps.size()
 failures, checked = [], []
 BF16 = "bfloat16"
 
@@ -48,8 +43,7 @@ def check(label, got, want):
         failures.append(f"{label}: got {got[:8].tolist()} want {want[:8].tolist()}")
 
 def report(**extra):
-    out = {"rank": rank, "failures": failures, "checked": len(checked), **extra}
-    os.write(1, ("RESULT " + json.dumps(out) + "\n").encode())  # one write: siblings share stdout
+    emit_result({"rank": rank, "failures": failures, "checked": len(checked), **extra})
 '''
 
 FLAT = PRELUDE + r'''
@@ -104,14 +98,10 @@ bps.shutdown()
 '''
 
 
-def results(output):
-    return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
-
-
 def test_min_max_product_every_dtype_gather_broadcast_and_errors(run_job):
     r = run_job(2, 1, FLAT, env={"BYTEPS_PARTITION_BYTES": "4096"}, timeout=90, force_distributed=True)
     assert r.returncode == 0, r.output
-    res = results(r.output)
+    res = job_results(r.output)
     assert sorted(x["rank"] for x in res) == [0, 1], r.output
     for x in res:
         assert x["failures"] == [], x
@@ -128,19 +118,6 @@ def test_min_max_product_every_dtype_gather_broadcast_and_errors(run_job):
         assert ("root is 0 on worker 0 but 1 on worker 1" in e["mismatch"]
                 or "root is 1 on worker 1 but 0 on worker 0" in e["mismatch"]), e
 
-
-# Runs as each worker host: BPS_LOCAL processes of the child script, with local ranks.
-SPAWNER = r'''
-import os, subprocess, sys
-n = int(os.environ["BPS_LOCAL"])
-child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
-with open(child, "w") as f:
-    f.write(os.environ["BPS_CHILD"])
-procs = [subprocess.Popen([sys.executable, child],
-                          env={**os.environ, "BYTEPS_LOCAL_RANK": str(i), "BYTEPS_LOCAL_SIZE": str(n)})
-         for i in range(n)]
-sys.exit(max(p.wait(timeout=80) for p in procs))
-'''
 
 LOCAL = PRELUDE + r'''
 for opname, op, ref in [("min", c.OP_MIN, np.minimum), ("max", c.OP_MAX, np.maximum)]:
@@ -162,10 +139,10 @@ def test_local_reduce_applies_min_and_max(run_job):
     # 2 hosts x 2 processes: each host's root reduces its processes' tensors, then the server
     # the hosts' results; with one host and no server the local reduce alone gives the answer.
     for hosts, servers in [(2, 1), (1, 0)]:
-        env = {"BPS_LOCAL": "2", "BPS_CHILD": LOCAL, "BYTEPS_PARTITION_BYTES": "4096"}
-        r = run_job(hosts, max(servers, 1), SPAWNER, env=env, timeout=90, force_distributed=servers > 0)
+        env = {"BPS_LOCAL": "2", "BPS_CHILD": LOCAL, "BPS_CHILD_TIMEOUT": "80", "BYTEPS_PARTITION_BYTES": "4096"}
+        r = run_job(hosts, max(servers, 1), LOCAL_SPAWNER, env=env, timeout=90, force_distributed=servers > 0)
         assert r.returncode == 0, r.output
-        res = results(r.output)
+        res = job_results(r.output)
         assert len(res) == 2 * hosts, r.output
         for x in res:
             assert x["local_size"] == 2 and x["failures"] == [], x

@@ -1,7 +1,8 @@
 // ReduceInto's min / max / product for every dtype x every implementation, against references
 // computed here: integers in 64 (or 128) bits with explicit wrap, float32 products in double
 // (exact) then rounded, float16 / bfloat16 values decoded exactly and products rounded by searching
-// the table of representable values (independent of half.cc). NaN inputs give NaN.
+// the table of representable values (independent of half.cc). NaN inputs give NaN. The parts
+// shared with reducer_test.cc (half decoding and rounding, the guarded run) are in reduce_reference.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,60 +16,22 @@
 
 #include "common/half.h"
 #include "common/reducer.h"
+#include "reduce_reference.h"
 
 namespace byteps {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kUint8,
-                                  DataType::kInt32,   DataType::kInt8,    DataType::kInt64,   DataType::kBFloat16,
-                                  DataType::kInt16,   DataType::kBool};
+using reduce_reference::FirstMismatch;
+using reduce_reference::Get;
+using reduce_reference::kAllImpls;
+using reduce_reference::kAllTypes;
+using reduce_reference::Round16;
+using reduce_reference::RunAliased;
+using reduce_reference::RunGuarded;
+using reduce_reference::Value16;
+
 constexpr ReduceKind kKinds[] = {ReduceKind::kMin, ReduceKind::kMax, ReduceKind::kProduct};
-constexpr ReducerImpl kAllImpls[] = {ReducerImpl::kAuto, ReducerImpl::kScalar, ReducerImpl::kAvx2};
 constexpr size_t kLengths[] = {0, 1, 3, 16, 33, 1000};
-
-template <typename T>
-T Get(const uint8_t* p, size_t i) {
-  T v;
-  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-  return v;
-}
-
-// Exact value of a float16 (10, 15) or bfloat16 (7, 127) pattern; inf and NaN as such.
-double Value16(uint16_t h, DataType t) {
-  const bool half = t == DataType::kFloat16;
-  const int man_bits = half ? 10 : 7, bias = half ? 15 : 127;
-  const int emax = half ? 31 : 255;
-  const int e = (h & 0x7fff) >> man_bits, m = h & ((1 << man_bits) - 1);
-  double v;
-  if (e == emax) {
-    v = m == 0 ? INFINITY : NAN;
-  } else {
-    v = e == 0 ? std::ldexp(m, 1 - bias - man_bits) : std::ldexp(m + (1 << man_bits), e - bias - man_bits);
-  }
-  return (h & 0x8000) ? -v : v;
-}
-
-// Round a non-NaN x to the format: nearest, ties to even, overflow to inf.
-uint16_t Round16(double x, DataType t) {
-  const bool half = t == DataType::kFloat16;
-  const uint16_t inf = half ? 0x7c00 : 0x7f80;
-  static std::vector<double> tables[2];
-  std::vector<double>& table = tables[half ? 0 : 1];
-  if (table.empty()) {
-    for (uint32_t h = 0; h < inf; ++h) table.push_back(Value16(static_cast<uint16_t>(h), t));
-    table.push_back(half ? 65536.0 : std::ldexp(1.0, 128));
-  }
-  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  const double a = std::fabs(x);
-  auto it = std::lower_bound(table.begin(), table.end(), a);
-  if (it == table.end()) return sign | inf;
-  const auto hi = static_cast<uint16_t>(it - table.begin());
-  if (*it == a || hi == 0) return sign | hi;
-  const uint16_t lo = hi - 1;
-  const double dlo = a - table[lo], dhi = table[hi] - a;
-  if (dlo != dhi) return sign | (dlo < dhi ? lo : hi);
-  return sign | (lo % 2 == 0 ? lo : hi);
-}
 
 // The expected bits of kind(a, b) for floating a, b given as doubles (exact values) and their
 // patterns; `product` is the rounding of the exact product.
@@ -85,7 +48,7 @@ bool CheckFloat(ReduceKind kind, double a, double b, Bits abits, Bits bbits, Bit
 }
 
 std::string Verify(ReduceKind kind, DataType t, const uint8_t* a, const uint8_t* b, const uint8_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
+  return FirstMismatch(n, ReduceKindName(kind), [&](size_t i) {
     bool ok = true;
     const auto ints = [&](auto tag) {
       using T = decltype(tag);
@@ -137,9 +100,8 @@ std::string Verify(ReduceKind kind, DataType t, const uint8_t* a, const uint8_t*
         break;
       }
     }
-    if (!ok) return std::string(ReduceKindName(kind)) + " mismatch at element " + std::to_string(i);
-  }
-  return "";
+    return ok;
+  });
 }
 
 // Float types mix values of similar magnitude (ties and rounding), small integers (equal values,
@@ -188,36 +150,31 @@ class ReduceOpsTest : public ::testing::TestWithParam<std::tuple<ReduceKind, Dat
 };
 
 TEST_P(ReduceOpsTest, MatchesReferenceUnalignedWithGuards) {
-  const size_t es = DataTypeSize(dtype());
   std::mt19937_64 rng(77 + static_cast<int>(dtype()) * 4 + static_cast<int>(kind()));
-  constexpr size_t kGuard = 16;
   for (size_t n : kLengths) {
-    for (size_t off : {0, 1}) {
+    for (size_t off : {0, 1}) {  // in bytes: 1 misaligns every dtype wider than a byte
       SCOPED_TRACE("n=" + std::to_string(n) + " off=" + std::to_string(off));
-      const size_t bytes = n * es;
-      std::vector<uint8_t> dst_buf(bytes + 2 * kGuard + es, 0xa5), src_buf(bytes + es);
-      uint8_t* dst = dst_buf.data() + kGuard + off;
-      uint8_t* src = src_buf.data() + off;
-      Fill(dtype(), dst, n, rng);
-      Fill(dtype(), src, n, rng);
-      const std::vector<uint8_t> before(dst, dst + bytes), src_copy(src, src + bytes);
-      ReduceInto(dst, src, n, dtype(), kind(), impl());
-      ASSERT_EQ(Verify(kind(), dtype(), before.data(), src, dst, n), "");
-      ASSERT_TRUE(std::equal(src, src + bytes, src_copy.begin())) << "src modified";
-      for (uint8_t* p = dst_buf.data(); p < dst; ++p) ASSERT_EQ(*p, 0xa5) << "underrun";
-      for (uint8_t* p = dst + bytes; p < dst_buf.data() + dst_buf.size(); ++p) ASSERT_EQ(*p, 0xa5) << "overrun";
+      ASSERT_EQ(RunGuarded(
+                    dtype(), n, off, off, rng, Fill,
+                    [&](uint8_t* dst, const uint8_t* src) { ReduceInto(dst, src, n, dtype(), kind(), impl()); },
+                    [&](const uint8_t* before, const uint8_t* src, const uint8_t* out) {
+                      return Verify(kind(), dtype(), before, src, out, n);
+                    }),
+                "");
     }
   }
 }
 
 TEST_P(ReduceOpsTest, DstEqualsSrc) {
-  const size_t n = 257, es = DataTypeSize(dtype());
+  const size_t n = 257;
   std::mt19937_64 rng(5);
-  std::vector<uint8_t> buf(n * es);
-  Fill(dtype(), buf.data(), n, rng);
-  const std::vector<uint8_t> before = buf;
-  ReduceInto(buf.data(), buf.data(), n, dtype(), kind(), impl());
-  ASSERT_EQ(Verify(kind(), dtype(), before.data(), before.data(), buf.data(), n), "");
+  ASSERT_EQ(RunAliased(
+                dtype(), n, 0, rng, Fill,
+                [&](uint8_t* dst, const uint8_t* src) { ReduceInto(dst, src, n, dtype(), kind(), impl()); },
+                [&](const uint8_t* before, const uint8_t* src, const uint8_t* out) {
+                  return Verify(kind(), dtype(), before, src, out, n);
+                }),
+            "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllKindsTypesImpls, ReduceOpsTest,

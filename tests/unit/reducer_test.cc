@@ -1,6 +1,7 @@
 // SumInto for every dtype x every available implementation, against references computed here:
 // integer sums in 64-bit with explicit wrap, float sums in long double / double, and float16 /
 // bfloat16 sums rounded by searching the table of representable values (independent of half.cc).
+// The parts shared with reduce_ops_test.cc are in reduce_reference.h.
 #include "common/reducer.h"
 
 #include <gtest/gtest.h>
@@ -8,74 +9,36 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "common/half.h"
+#include "reduce_reference.h"
 
 namespace byteps {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                  DataType::kUint8,   DataType::kInt32,   DataType::kInt8,
-                                  DataType::kInt64,   DataType::kBFloat16, DataType::kInt16,
-                                  DataType::kBool};
-constexpr ReducerImpl kAllImpls[] = {ReducerImpl::kAuto, ReducerImpl::kScalar, ReducerImpl::kAvx2};
+using reduce_reference::FirstMismatch;
+using reduce_reference::Get;
+using reduce_reference::IsNaN16;
+using reduce_reference::kAllImpls;
+using reduce_reference::kAllTypes;
+using reduce_reference::Round16;
+using reduce_reference::RunAliased;
+using reduce_reference::RunGuarded;
+using reduce_reference::Value16;
+
 constexpr size_t kLengths[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 1000, 4097};
 
-// ---- independent references ---------------------------------------------------------------
-
-// Exact value of a non-NaN float16 (man_bits 10, bias 15) or bfloat16 (7, 127) pattern.
-double Decode16(uint16_t h, int man_bits, int bias) {
-  const int e = (h & 0x7fff) >> man_bits, m = h & ((1 << man_bits) - 1);
-  const double v = e == 0 ? std::ldexp(m, 1 - bias - man_bits)
-                          : std::ldexp(m + (1 << man_bits), e - bias - man_bits);
-  return (h & 0x8000) ? -v : v;
-}
-
-// Round x to the format: nearest, ties to the even pattern, overflow (at 2^(emax+1)) to inf.
-uint16_t Round16(double x, DataType t) {
-  const bool half = t == DataType::kFloat16;
-  const uint16_t inf = half ? 0x7c00 : 0x7f80;
-  static std::vector<double> tables[2];
-  std::vector<double>& table = tables[half ? 0 : 1];
-  if (table.empty()) {
-    for (uint32_t h = 0; h < inf; ++h)
-      table.push_back(Decode16(static_cast<uint16_t>(h), half ? 10 : 7, half ? 15 : 127));
-    table.push_back(half ? 65536.0 : std::ldexp(1.0, 128));
-  }
-  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
-  const double a = std::fabs(x);
-  auto it = std::lower_bound(table.begin(), table.end(), a);
-  if (it == table.end()) return sign | inf;
-  const auto hi = static_cast<uint16_t>(it - table.begin());
-  if (*it == a || hi == 0) return sign | hi;
-  const uint16_t lo = hi - 1;
-  const double dlo = a - table[lo], dhi = table[hi] - a;
-  if (dlo != dhi) return sign | (dlo < dhi ? lo : hi);
-  return sign | (lo % 2 == 0 ? lo : hi);
-}
-
-bool IsNaN16(uint16_t h, DataType t) {
-  return (h & 0x7fff) > (t == DataType::kFloat16 ? 0x7c00 : 0x7f80);
-}
-
-template <typename T>
-T Get(const uint8_t* p, size_t i) {
-  T v;
-  std::memcpy(&v, p + i * sizeof(T), sizeof(T));
-  return v;
-}
+// ---- the sum's reference (the shared parts: reduce_reference.h) ---------------------------
 
 // Checks out[i] == a[i] + b[i] for all i; returns the first mismatch description or "".
 std::string Verify(DataType t, const uint8_t* a, const uint8_t* b, const uint8_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
+  return FirstMismatch(n, "sum", [&](size_t i) {
     bool ok = true;
     switch (t) {
       case DataType::kFloat32: {
@@ -96,17 +59,12 @@ std::string Verify(DataType t, const uint8_t* a, const uint8_t* b, const uint8_t
       case DataType::kFloat16:
       case DataType::kBFloat16: {
         const uint16_t x = Get<uint16_t>(a, i), y = Get<uint16_t>(b, i), r = Get<uint16_t>(out, i);
-        const bool half = t == DataType::kFloat16;
         if (IsNaN16(x, t) || IsNaN16(y, t)) {
           ok = IsNaN16(r, t);
           break;
         }
-        const auto val = [&](uint16_t h) {
-          if ((h & 0x7fff) == (half ? 0x7c00 : 0x7f80))
-            return (h & 0x8000) ? -INFINITY : INFINITY;
-          return static_cast<float>(Decode16(h, half ? 10 : 7, half ? 15 : 127));
-        };
-        const double s = static_cast<double>(val(x)) + val(y);  // exact for halves
+        const auto val = [t](uint16_t h) { return Value16(h, t); };  // exact, inf as such
+        const double s = val(x) + val(y);  // exact for halves
         if (std::isnan(s)) {
           ok = IsNaN16(r, t);
         } else if (s == 0 && std::signbit(val(x)) != std::signbit(val(y))) {
@@ -139,9 +97,8 @@ std::string Verify(DataType t, const uint8_t* a, const uint8_t* b, const uint8_t
         ok = Get<uint8_t>(out, i) == ((Get<uint8_t>(a, i) != 0 || Get<uint8_t>(b, i) != 0) ? 1 : 0);
         break;
     }
-    if (!ok) return "mismatch at element " + std::to_string(i);
-  }
-  return "";
+    return ok;
+  });
 }
 
 // Random contents: float types mix values of similar magnitude (so rounding matters) with raw bit
@@ -176,14 +133,6 @@ void Fill(DataType t, uint8_t* p, size_t n, std::mt19937_64& rng) {
   }
 }
 
-struct AlignedFree {
-  void operator()(uint8_t* p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
-Buffer Allocate(size_t bytes) {
-  return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-}
-
 // ---- parameterised over dtype x impl -------------------------------------------------------
 
 class ReducerTest : public ::testing::TestWithParam<std::tuple<DataType, ReducerImpl>> {
@@ -198,44 +147,34 @@ class ReducerTest : public ::testing::TestWithParam<std::tuple<DataType, Reducer
 TEST_P(ReducerTest, MatchesReferenceAllLengthsAndOffsets) {
   const size_t es = DataTypeSize(dtype());
   std::mt19937_64 rng(1234 + static_cast<int>(dtype()));
-  constexpr size_t kGuard = 64;  // canary bytes around dst
   for (size_t n : kLengths) {
     for (size_t dst_off : {0, 1}) {
-      for (size_t src_off : {0, 1}) {
+      for (size_t src_off : {0, 1}) {  // in elements: 0 is 64-byte aligned
         SCOPED_TRACE("n=" + std::to_string(n) + " dst_off=" + std::to_string(dst_off) +
                      " src_off=" + std::to_string(src_off));
-        const size_t bytes = n * es;
-        Buffer dst_buf = Allocate(bytes + 2 * kGuard), src_buf = Allocate(bytes + kGuard);
-        std::memset(dst_buf.get(), 0xa5, bytes + 2 * kGuard);
-        uint8_t* dst = dst_buf.get() + kGuard + dst_off * es;
-        uint8_t* src = src_buf.get() + src_off * es;
-        Fill(dtype(), dst, n, rng);
-        Fill(dtype(), src, n, rng);
-        const std::vector<uint8_t> before(dst, dst + bytes), src_copy(src, src + bytes);
-
-        SumInto(dst, src, n, dtype(), impl());
-
-        ASSERT_EQ(Verify(dtype(), before.data(), src, dst, n), "");
-        ASSERT_TRUE(std::equal(src, src + bytes, src_copy.begin())) << "src modified";
-        for (uint8_t* p = dst_buf.get(); p < dst; ++p) ASSERT_EQ(*p, 0xa5) << "underrun";
-        for (uint8_t* p = dst + bytes; p < dst_buf.get() + bytes + 2 * kGuard; ++p)
-          ASSERT_EQ(*p, 0xa5) << "overrun";
+        ASSERT_EQ(RunGuarded(
+                      dtype(), n, dst_off * es, src_off * es, rng, Fill,
+                      [&](uint8_t* dst, const uint8_t* src) { SumInto(dst, src, n, dtype(), impl()); },
+                      [&](const uint8_t* before, const uint8_t* src, const uint8_t* out) {
+                        return Verify(dtype(), before, src, out, n);
+                      }),
+                  "");
       }
     }
   }
 }
 
 TEST_P(ReducerTest, DstEqualsSrcDoubles) {
-  const size_t es = DataTypeSize(dtype());
   std::mt19937_64 rng(99);
   for (size_t n : kLengths) {
     SCOPED_TRACE("n=" + std::to_string(n));
-    Buffer buf = Allocate(n * es + es);
-    uint8_t* p = buf.get() + es;
-    Fill(dtype(), p, n, rng);
-    const std::vector<uint8_t> before(p, p + n * es);
-    SumInto(p, p, n, dtype(), impl());
-    ASSERT_EQ(Verify(dtype(), before.data(), before.data(), p, n), "");
+    ASSERT_EQ(RunAliased(
+                  dtype(), n, DataTypeSize(dtype()), rng, Fill,
+                  [&](uint8_t* dst, const uint8_t* src) { SumInto(dst, src, n, dtype(), impl()); },
+                  [&](const uint8_t* before, const uint8_t* src, const uint8_t* out) {
+                    return Verify(dtype(), before, src, out, n);
+                  }),
+              "");
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -205,6 +207,38 @@ TEST_F(SchedulerTest, AContradictingNodeEndsTheJobAtOnceNamingWhy) {
     RegisterReply late = Reply(Register("worker", 0, 104));
     EXPECT_TRUE(Has(late.error, "the job has already ended: the job cannot start")) << late.error;
   }
+}
+
+// After a contradicting node ended the job, the scheduler process lingers (role_main.cc) until
+// every node has been answered, at most for the timeout: it ends early once the job's nodes (or
+// as many as a node claimed the job has) have all heard, and waits out the timeout otherwise.
+TEST_F(SchedulerTest, TheLingerAfterAFailedStartEndsWhenEveryNodeWasAnswered) {
+  using Seconds = std::chrono::duration<double>;
+  const auto timed_wait = [this](double timeout_s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    scheduler_->WaitEveryRegistrationAnswered(timeout_s);
+    return Seconds(std::chrono::steady_clock::now() - t0).count();
+  };
+  Start(2, 1);
+  Register("worker", 1, 101);
+  Register("worker", 1, 102);  // duplicate rank: the job cannot start
+  ASSERT_EQ(scheduler_->Wait().code(), StatusCode::kInvalidArgument);
+  EXPECT_GE(timed_wait(0.3), 0.29);  // 2 of 3 nodes answered: the whole timeout
+  Register("server", -1, 200);       // refused (the job has ended): 3 of 3
+  EXPECT_LT(timed_wait(30), 5.0);
+
+  scheduler_.reset();
+  Start(2, 1);
+  RegisterRequest big = Request("worker", -1, 103);
+  big.num_workers = 3;  // this node's launch had 3 workers and 1 server: 4 nodes to tell
+  Register(big);
+  ASSERT_EQ(scheduler_->Wait().code(), StatusCode::kInvalidArgument);
+  Register("worker", 0, 104);
+  Register("server", -1, 201);
+  Register("server", -1, 201);  // the same node again counts once
+  EXPECT_GE(timed_wait(0.3), 0.29);
+  Register("worker", 1, 105);
+  EXPECT_LT(timed_wait(30), 5.0);
 }
 
 // What does not make the job impossible is refused alone: an unknown role, bytes that are no

@@ -1,6 +1,7 @@
 // The UCX backend's own pieces (the conformance suite in transport_test.cc runs every Transport
-// test over ucx(tcp) and ucx(sm) too): the message header, the registration cache and its
-// invalidation, UCX that cannot start, a peer with another secret, and a peer killed mid-frame.
+// test over ucx(tcp) and ucx(sm) too): the message header, the handshake payloads, the
+// registration cache and its invalidation, UCX that cannot start, a peer with another secret, and
+// a peer killed mid-frame.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -15,6 +16,7 @@
 
 #include "common/tsan.h"
 #include "transport/ucx/ucx_connection.h"
+#include "transport/ucx/ucx_control.h"
 #include "transport/ucx/ucx_reg_cache.h"
 #include "transport/ucx/ucx_transport.h"
 #include "transport/ucx/ucx_worker.h"
@@ -54,6 +56,27 @@ TEST(UcxHeader, RoundTripsAndRefusesDamage) {
   std::memcpy(magic, buf, sizeof buf);
   magic[24] ^= 0xff;
   EXPECT_NE(ParseAmHeader(magic, sizeof magic).status().message().find("bad magic"), std::string::npos);
+}
+
+TEST(UcxHandshake, OfferAndAnswerRoundTripAndShortPayloadsAreRefused) {
+  const std::string address("\x00\x01worker-address\xff", 17);  // binary, NULs included
+  const std::string offer = EncodeOffer({0x0102030405060708, 0xfedcba9876543210, address});
+  ASSERT_EQ(offer.size(), 16 + address.size());
+  auto o = ParseOffer(offer);
+  ASSERT_TRUE(o.has_value());
+  EXPECT_EQ(o->conn_id, 0x0102030405060708u);
+  EXPECT_EQ(o->token, 0xfedcba9876543210u);
+  EXPECT_EQ(o->address, address);
+  EXPECT_FALSE(ParseOffer(offer.substr(0, 16)).has_value());  // ids and token but no address
+  EXPECT_FALSE(ParseOffer("").has_value());
+
+  const std::string answer = EncodeAnswer({42, address});
+  ASSERT_EQ(answer.size(), 8 + address.size());
+  auto a = ParseAnswer(answer);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->conn_id, 42u);
+  EXPECT_EQ(a->address, address);
+  EXPECT_FALSE(ParseAnswer(answer.substr(0, 8)).has_value());
 }
 
 class RegistrationCacheTest : public ::testing::Test {

@@ -1,19 +1,23 @@
+// UcxTransportImpl: Listen/Connect over the TCP backend, the UCX handshake on each new TCP
+// connection and the link between a UCX connection and the TCP one beside it (ucx_transport.h).
+// The handshake's payloads and the thread that closes TCP connections are in ucx_control.h.
 #include "transport/ucx/ucx_transport.h"
 
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
-#include <thread>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "common/logging.h"
 #include "transport/shm/shm_transport.h"
+#include "transport/ucx/ucx_control.h"
 #include "transport/ucx/ucx_connection.h"
 #include "transport/ucx/ucx_worker.h"
 
@@ -23,61 +27,6 @@ using protocol::Header;
 using protocol::Opcode;
 
 namespace {
-
-constexpr size_t kMaxHandshakePayload = 16 * 1024;  // ids, token and a worker address
-
-// Closes TCP connections off the UCX loop threads (ucx_connection.h, ControlCloser).
-class ControlReaper {
- public:
-  ControlReaper() : thread_([this] { Run(); }) {}
-  ~ControlReaper() { Stop(); }
-  void Close(std::shared_ptr<Connection> c, Status reason) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!stopped_) {
-        queue_.emplace_back(std::move(c), std::move(reason));
-        cv_.notify_one();
-        return;
-      }
-    }
-    c->Close(reason);
-  }
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopped_ = true;
-      cv_.notify_one();
-    }
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return stopped_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      auto [c, reason] = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      c->Close(reason);
-      c.reset();
-      lock.lock();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::shared_ptr<Connection>, Status>> queue_;
-  bool stopped_ = false;
-  std::thread thread_;
-};
-
-uint64_t Load64(const std::string& s, size_t at) {
-  uint64_t v;
-  std::memcpy(&v, s.data() + at, 8);
-  return v;
-}
-void Append64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
 
 class UcxTransportImpl;
 
@@ -161,13 +110,9 @@ class UcxTransportImpl final : public Transport {
         p.status = Unavailable(fmt::format("{} closed the connection", peer));
       }
     }
-    std::string hello;
-    Append64(hello, conn->id());
-    Append64(hello, token);
-    hello += worker->address();
     Header h;
     h.opcode = Opcode::kUcxHello;
-    Status st = control->SendCopy(h, hello);
+    Status st = control->SendCopy(h, EncodeOffer({conn->id(), token, worker->address()}));
     Pending got;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -231,11 +176,10 @@ class UcxTransportImpl final : public Transport {
   // for a UCX one).
   void OnHello(Connection& c, Handler* user, const std::string& payload) {
     auto control = c.shared_from_this();
-    if (payload.size() <= 16) {
+    std::optional<UcxOffer> offer = ParseOffer(payload);
+    if (!offer) {
       return Refuse(control, ProtocolError(fmt::format("a malformed UCX offer from {}", c.peer_name())));
     }
-    const uint64_t remote_id = Load64(payload, 0), token = Load64(payload, 8);
-    const std::string address = payload.substr(16);
     std::shared_ptr<UcxWorker> worker;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -243,23 +187,20 @@ class UcxTransportImpl final : public Transport {
     }
     const std::string peer = fmt::format("{} (UCX)", c.peer_name());
     const bool local = shm::IsLocalHost(c.peer_name().substr(0, c.peer_name().rfind(':')));
-    worker->Post([this, worker, control, user, remote_id, token, address, peer, local] {
-      auto conn = NewConnection(worker, user, peer, token, local);
+    worker->Post([this, worker, control, user, offer = std::move(*offer), peer, local] {
+      auto conn = NewConnection(worker, user, peer, offer.token, local);
       conn->Attach(control);
       conn->Bind(worker->Register(conn));
-      auto ep = worker->CreateEndpoint(address, conn, local);
+      auto ep = worker->CreateEndpoint(offer.address, conn, local);
       if (!ep.ok()) {
         worker->Unregister(conn->id());
         return Refuse(control, ep.status());
       }
-      conn->Start(*ep, remote_id);
+      conn->Start(*ep, offer.conn_id);
       Link(control.get(), conn);
-      std::string ready;
-      Append64(ready, conn->id());
-      ready += worker->address();
       Header h;
       h.opcode = Opcode::kUcxReady;
-      (void)control->SendCopy(h, ready);
+      (void)control->SendCopy(h, EncodeAnswer({conn->id(), worker->address()}));
     });
   }
 
@@ -270,11 +211,11 @@ class UcxTransportImpl final : public Transport {
     Pending& p = it->second;
     if (h.arg != 0) {
       p.status = Unavailable(fmt::format("{} refused the UCX connection: {}", c.peer_name(), payload));
-    } else if (payload.size() <= 8) {
+    } else if (std::optional<UcxAnswer> answer = ParseAnswer(payload); !answer) {
       p.status = ProtocolError(fmt::format("a malformed UCX answer from {}", c.peer_name()));
     } else {
-      p.remote_id = Load64(payload, 0);
-      p.address = payload.substr(8);
+      p.remote_id = answer->conn_id;
+      p.address = std::move(answer->address);
     }
     p.done = true;
     cv_.notify_all();

@@ -35,13 +35,12 @@ from .hvd_handles import synchronize as hvd_synchronize
 from .hvd_gather import sparse_allreduce_async
 from .optimizer_adasum import _DistributedAdasumOptimizer
 from .optimizer_args import resolve, uses_push_pull
-from .gradients import (declare_parameters, finish_push_pulls, find_duplicates, hook_gradients, parameter_names,
-                        priorities, start_push_pull)
+from .gradients import (EXCEEDED, declare_parameters, finish_push_pulls, find_duplicates, hook_gradients,
+                        parameter_names, priorities, start_push_pull, zero_grad_when_idle)
 
 __all__ = ["DistributedOptimizer", "_DistributedOptimizer"]
 
-_EXCEEDED = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
-             "Increase backward_passes_per_step to accumulate gradients locally.")
+_EXCEEDED = EXCEEDED  # (cross_barrier imports it from here)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -122,7 +121,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         def hook(*ignore):
             if p in self._handles and self._handles[p][0] is not None and self._push_pull_delay[p] <= 0:
-                raise AssertionError(_EXCEEDED)
+                raise AssertionError(EXCEEDED)
             assert not p.grad.requires_grad
             assert self._push_pull_delay[p] > 0
             self._push_pull_delay[p] -= 1
@@ -177,12 +176,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return self._bps_base.step(self, closure)
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
-                                 "a race condition.")
-        return self._bps_base.zero_grad(self, *args, **kwargs)
+    zero_grad = zero_grad_when_idle
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,

@@ -60,11 +60,6 @@ for ps in SETS:
 # Unnamed global ops after set calls that not every worker made still agree.
 same("global after sets", hvd.allreduce(torch.ones(2) * (r + 1), op=hvd.Sum), torch.full((2,), float(n * (n + 1) // 2)))
 expect("add without dynamic", ValueError, "HOROVOD_DYNAMIC_PROCESS_SETS", lambda: hvd.add_process_set([0, 1, 2][:2]))
-param = torch.nn.Parameter(torch.ones(1))
-if r in SETS[0].ranks:
-    expect("optimizer with a set", NotImplementedError, "process_set",
-           lambda: hvd.DistributedOptimizer(torch.optim.SGD([param], lr=0.1), named_parameters=[("p", param)],
-                                            process_set=SETS[0]))
 hvd.barrier()
 finish()
 """

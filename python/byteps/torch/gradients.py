@@ -23,6 +23,20 @@ from .compression import wire_dtype
 from .functions import verify_same_tensors
 
 
+EXCEEDED = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
+            "Increase backward_passes_per_step to accumulate gradients locally.")
+
+
+def zero_grad_when_idle(optimizer, *args, **kwargs):
+    """Both DistributedOptimizers' ``zero_grad``: AssertionError while reductions started by
+    backward are outstanding (``optimizer._handles``), else the wrapped class's ``zero_grad``."""
+    if optimizer._handles:
+        raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
+                             "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
+                             "a race condition.")
+    return optimizer._bps_base.zero_grad(optimizer, *args, **kwargs)
+
+
 def find_duplicates(names) -> set:
     seen, dups = set(), set()
     for name in names:

@@ -93,11 +93,12 @@ def set_rank(process_set) -> int:
     return _basics.rank() if is_global(process_set) else process_set.ranks.index(_basics.rank())
 
 
-def check_process_set(process_set, what: str, op: Optional[int] = None):
+def check_process_set(process_set, what: str, op: Optional[int] = None, members_only: bool = True):
     """The set an op runs on (the global set for None): a registered set this worker belongs to.
-    Unregistered or removed set, or a call from a non-member → ValueError; not a ProcessSet →
-    ValueError; another set with several processes per host → NotImplementedError.  With ``op``
-    (a resolved reduce op): Adasum's own rules first (:func:`hvd_common.check_adasum`)."""
+    Unregistered or removed set, or a call from a non-member → ValueError (``members_only=False``:
+    non-members pass, for DistributedOptimizer, which is a plain local optimizer on them); not a
+    ProcessSet → ValueError; another set with several processes per host → NotImplementedError.
+    With ``op`` (a resolved reduce op): Adasum's own rules first (:func:`hvd_common.check_adasum`)."""
     if op == C.Adasum:
         C.check_adasum(process_set, what)
     if is_global(process_set):
@@ -107,7 +108,7 @@ def check_process_set(process_set, what: str, op: Optional[int] = None):
     if process_set.process_set_id is None or _sets.get(process_set.process_set_id) is not process_set:
         raise ValueError(f"{what}: {process_set!r} is not registered (hvd.init(process_sets=[...]) or "
                          f"hvd.add_process_set)")
-    if not process_set.included():
+    if members_only and not process_set.included():
         raise ValueError(f"{what}: rank {_basics.rank()} is not a member of process set "
                          f"{process_set.process_set_id} {process_set.ranks}; only its members call its ops")
     _check_local_size(what)

@@ -14,6 +14,11 @@ Tensor names: ``"Gradient." + name`` for the gradients and ``"Parameter." + name
 sorted name order, the same on every worker.  Before that, the workers check that they have the
 same parameters (names, shapes, dtypes); a difference is a ValueError naming the parameter.
 
+With ``process_set=ps`` (a registered set other than the global one) the gradients go through
+Horovod's allreduce among ``ps``'s members (keys ``"ps<id>.allreduce.Gradient.<name>"``, Average
+over the set's size), the parameter check runs among the members, nothing is declared up front;
+on a worker outside ``ps`` the optimizer registers no hooks and ``step()`` is the wrapped one.
+
 Thread-safety: drive an optimizer from one thread (the hooks run on the thread that calls
 backward, as autograd does for CPU tensors).
 """
@@ -34,14 +39,13 @@ from .hvd_common import Adasum, Average, global_process_set
 from .hvd_handles import synchronize as hvd_synchronize
 from .hvd_gather import sparse_allreduce_async
 from .optimizer_adasum import _DistributedAdasumOptimizer
-from .optimizer_args import resolve, uses_push_pull
-from .gradients import (declare_parameters, finish_push_pulls, find_duplicates, hook_gradients, parameter_names,
-                        priorities, start_push_pull)
+from .optimizer_args import resolve, uses_push_pull, verify_same_in_set
+from .gradients import (EXCEEDED, declare_parameters, finish_push_pulls, find_duplicates, hook_gradients,
+                        parameter_names, priorities, start_push_pull, zero_grad_when_idle)
 
 __all__ = ["DistributedOptimizer", "_DistributedOptimizer"]
 
-_EXCEEDED = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
-             "Increase backward_passes_per_step to accumulate gradients locally.")
+_EXCEEDED = EXCEEDED  # (cross_barrier imports it from here)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -60,7 +64,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         # Horovod's op and gradient_predivide_factor (optimizer_args.resolve): Sum adds the
         # gradients; Average divides the sum by the number of workers, in two steps with a
         # predivide factor f (1/f before, f/size after, which keeps float16 sums in range);
-        # Min/Max/Product go through Horovod's allreduce.
+        # Min/Max/Product go through Horovod's allreduce, and so does every op on a process set
+        # other than the global one (Average over the set's size; non-members: a local optimizer).
         plist = [p for group in self.param_groups for p in group["params"]]
         self._reduction = resolve(op, gradient_predivide_factor, backward_passes_per_step, num_groups, groups,
                                   process_set, plist, ops.size())
@@ -78,8 +83,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = []
         self._should_sync = True
         self._densified = set()
-        declare_parameters(order, compression, "DistributedOptimizer")
-        if ops.size() > 1:
+        if C.is_global(self._reduction.process_set):
+            declare_parameters(order, compression, "DistributedOptimizer")
+        elif self._reduction.member and ops.size() > 1:
+            verify_same_in_set(order, self._reduction.process_set, "DistributedOptimizer")
+        # Horovod's contract: on a worker outside the set no hooks, and step() is purely local.
+        if ops.size() > 1 and self._reduction.member:
             self._requires_update = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
             self._grad_accs = hook_gradients(self._requires_update, self._make_hook)
 
@@ -95,8 +104,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _push_pull_grad_async(self, p):
         if p.grad is not None and p.grad.is_sparse:
             if not self._sparse_as_dense:  # Horovod's sparse path: an allgather of indices and values
-                return sparse_allreduce_async(p.grad, "Gradient." + self._parameter_names[p], self._reduction.op), \
-                    "sparse"
+                return sparse_allreduce_async(p.grad, "Gradient." + self._parameter_names[p], self._reduction.op,
+                                              self._reduction.process_set), "sparse"
             p.grad = p.grad.to_dense()
             self._densified.add(p)
         if not uses_push_pull(self._reduction):
@@ -104,7 +113,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p.grad is None:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             compressed, ctx = self._compression.compress(p.grad.contiguous())
-            return allreduce_async_(compressed, name=name, op=self._reduction.op), ctx
+            f = self._reduction.predivide  # Horovod's gradient_predivide_factor: 1/f before, f after
+            return allreduce_async_(compressed, name=name, op=self._reduction.op, prescale_factor=1.0 / f,
+                                    postscale_factor=f, process_set=self._reduction.process_set), ctx
         return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression, self._average,
                                self._prescale)
 
@@ -122,7 +133,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         def hook(*ignore):
             if p in self._handles and self._handles[p][0] is not None and self._push_pull_delay[p] <= 0:
-                raise AssertionError(_EXCEEDED)
+                raise AssertionError(EXCEEDED)
             assert not p.grad.requires_grad
             assert self._push_pull_delay[p] > 0
             self._push_pull_delay[p] -= 1
@@ -135,7 +146,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's push_pull (starting those not started yet: parameters that
         got no gradient, or fewer than backward_passes_per_step) and writes the averages to
-        ``p.grad``.  Does nothing with one worker."""
+        ``p.grad``.  Does nothing with one worker, or on a worker outside ``process_set``."""
         for p in self._requires_update:
             if self._handles.get(p, (None, None))[0] is None:
                 self._handles[p] = self._push_pull_grad_async(p)
@@ -146,8 +157,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p, wait in sparse.items():
                 p.grad = wait()
             dense = {p: hc for p, hc in handles.items() if p not in sparse}
-            sync = ops.synchronize if uses_push_pull(self._reduction) else hvd_synchronize
-            finish_push_pulls(dense, self._compression, self._postscale, sync)
+            if uses_push_pull(self._reduction):
+                finish_push_pulls(dense, self._compression, self._postscale, ops.synchronize)
+            else:  # Horovod's allreduce applied its postscale factor itself
+                finish_push_pulls(dense, self._compression, 1.0, hvd_synchronize)
             for p in self._densified:
                 p.grad = p.grad.to_sparse()
         finally:
@@ -177,18 +190,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return self._bps_base.step(self, closure)
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
-                                 "a race condition.")
-        return self._bps_base.zero_grad(self, *args, **kwargs)
+    zero_grad = zero_grad_when_idle
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                          groups=None, sparse_as_dense=False, process_set=global_process_set):
-    """An optimizer that averages gradients over all workers before applying them.
+    """An optimizer that averages gradients over all workers (or a process set's) before applying them.
 
     push_pulls start during ``loss.backward()`` as each gradient becomes ready; ``step()`` waits
     for them.  ``synchronize()`` waits explicitly (e.g. before clipping gradients; then use
@@ -213,7 +221,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             of lists of parameters; a group's gradients are sent once all of them are ready.
         sparse_as_dense: densify sparse gradients for the allreduce (back to sparse after);
             otherwise they go through ``sparse_allreduce_async`` (an allgather).
-        process_set: only ``hvd.global_process_set`` (others: NotImplementedError, not built yet).
+        process_set: reduce only among this registered set's members (Average divides by the
+            set's size; names ``"ps<id>.allreduce.Gradient.<name>"``).  On a worker outside it
+            no hooks are registered and ``step()`` is purely local.  Adasum: the global set only
+            (NotImplementedError).
 
     Raises:
         ValueError: bad ``named_parameters``, or workers with different parameters (the message

@@ -26,12 +26,10 @@ from .compression import Compression
 from .hvd_allreduce import allreduce_async_
 from .hvd_common import Adasum
 from .hvd_handles import synchronize as hvd_synchronize
-from .gradients import declare_parameters, hook_gradients, parameter_names
+from .gradients import EXCEEDED, declare_parameters, hook_gradients, parameter_names, zero_grad_when_idle
 
 __all__ = ["_DistributedAdasumOptimizer"]
 
-_EXCEEDED = ("Gradients were computed more than backward_passes_per_step times before call to step(). "
-             "Increase backward_passes_per_step to accumulate gradients locally.")
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -82,7 +80,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         def hook(*ignore):
             if self._handles.get(p, (None, None))[0] is not None and self._delay[p] <= 0:
-                raise AssertionError(_EXCEEDED)
+                raise AssertionError(EXCEEDED)
             assert not p.grad.requires_grad
             assert self._delay[p] > 0
             self._delay[p] -= 1
@@ -118,9 +116,4 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
                 self._delay[p] = self.backward_passes_per_step
         return loss
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can cause "
-                                 "a race condition.")
-        return self._bps_base.zero_grad(self, *args, **kwargs)
+    zero_grad = zero_grad_when_idle

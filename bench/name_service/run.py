@@ -20,7 +20,9 @@ workers); printed are their medians over the rounds:
   service), ``declare``: the declared mode's ``declare_tensor`` calls, per name;
 * ``name service per name``: (first-use mode's first step - declared mode's first step) /
   tensors: what the round trips add to a first step, the rest of the first use (the servers'
-  declaration) being paid by both modes.
+  declaration) being paid by both modes;
+* for scale, a plain TCP round trip on loopback between two Python processes (64 bytes each way,
+  TCP_NODELAY; the median of 2,000, measured before the job).
 
 Then a JSON line (``JSON {...}``). Exit status 1 when the job fails or a result is wrong.
 """
@@ -29,16 +31,50 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import re
+import socket
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tools.localjob import hermetic_env, run_bpsrun
 
 WORKER = Path(__file__).with_name("worker.py")
 MODES = ("first-use", "declared")
+
+
+def _echo(listener: socket.socket) -> None:
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := conn.recv(64):
+        conn.sendall(data)
+
+
+def tcp_round_trip_us(count: int = 2000) -> float:
+    """The median round trip of 64 bytes over loopback TCP to an echoing process, in us."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    echo = multiprocessing.get_context("fork").Process(target=_echo, args=(listener,), daemon=True)
+    echo.start()
+    times = []
+    with socket.create_connection(listener.getsockname(), timeout=10) as c:
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = b"x" * 64
+        for _ in range(count):
+            t0 = time.perf_counter()
+            c.sendall(payload)
+            got = 0
+            while got < len(payload):
+                chunk = c.recv(64 - got)
+                if not chunk:
+                    raise RuntimeError("the loopback echo process closed the connection")
+                got += len(chunk)
+            times.append(time.perf_counter() - t0)
+    echo.join(timeout=10)
+    listener.close()
+    return statistics.median(times) * 1e6
 
 
 def summarize(workers: list[dict], tensors: int) -> dict:
@@ -77,6 +113,7 @@ def print_table(a: argparse.Namespace, s: dict) -> None:
               f"{m['first_enqueue_s'] * 1e3:16.2f} {m['steady_enqueue_s'] * 1e3:17.2f} {declare}")
     print(f"name service per name on a first step (first-use first step - declared first step) / {a.tensors}: "
           f"{s['name_service_per_name_us']:.1f} us")
+    print(f"for scale: a loopback TCP round trip between two Python processes: {s['tcp_round_trip_us']:.1f} us")
 
 
 def main() -> int:
@@ -92,6 +129,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.workers < 1 or a.servers < 1 or a.tensors < 1 or a.tensor_bytes < 4 or a.steps < 1 or a.rounds < 1:
         ap.error("--workers, --servers, --tensors, --steps, --rounds >= 1 and --tensor-bytes >= 4")
+    tcp_us = tcp_round_trip_us()
     with tempfile.TemporaryDirectory(prefix="bench-name-service-") as work:
         args = (str(a.tensors), str(a.tensor_bytes), str(a.steps), str(a.rounds))
         result = run_bpsrun(Path(work), a.workers, a.servers, WORKER.read_text(), hermetic_env(), a.timeout,
@@ -102,6 +140,7 @@ def main() -> int:
               f"{result.output[-4000:]}", file=sys.stderr)
         return 1
     s = summarize(sorted(found, key=lambda w: w["rank"]), a.tensors)
+    s["tcp_round_trip_us"] = tcp_us
     print_table(a, s)
     record = {"benchmark": "name_service", "workers": a.workers, "servers": a.servers, "tensors": a.tensors,
               "tensor_bytes": a.tensor_bytes, "steps": a.steps, "rounds": a.rounds, **s}

@@ -1,7 +1,7 @@
 """The name service's first-use latency (issue 29), in one real job on loopback::
 
     /usr/bin/python3 -m bench.name_service.run [--workers 2] [--servers 2] [--tensors 200]
-        [--tensor-bytes 1024] [--steps 5] [--rounds 5] [--out bench-results/name_service.json]
+        [--tensor-bytes 1024] [--steps 5] [--rounds 15] [--out bench-results/name_service.json]
 
 ``bpsrun -n WORKERS -s SERVERS`` (a scheduler, the servers and the workers as real processes, no
 settings). Every worker pushes ``--tensors`` distinct float32 tensors of ``--tensor-bytes`` each
@@ -123,7 +123,7 @@ def main() -> int:
     ap.add_argument("--tensors", type=int, default=200, help="distinct names per set")
     ap.add_argument("--tensor-bytes", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=5, help="steady steps after the first")
-    ap.add_argument("--rounds", type=int, default=5, help="fresh sets per mode")
+    ap.add_argument("--rounds", type=int, default=15, help="fresh sets per mode")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     a = ap.parse_args()

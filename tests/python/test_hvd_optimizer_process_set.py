@@ -82,14 +82,6 @@ finish()
 """
 
 
-# The engine's online partition tuning (BYTEPS_PARTITION_BYTES unset) agrees on its exploration
-# by a collective of every worker, issued at a tensor's third use: worker 2, which makes no
-# repeated collective here, never joins it, and the job fails at shutdown (an engine limitation
-# with process sets, src/worker/engine_tuning.cc, not this optimizer's); a pinned partition size
-# turns that tuning off.
-PINNED = {"BYTEPS_PARTITION_BYTES": "65536"}
-
-
 def test_optimizer_on_a_set_averages_among_members_and_is_local_elsewhere(run_job):
-    result = run_job(3, 1, SCRIPT, env=PINNED, timeout=60)
+    result = run_job(3, 1, SCRIPT, timeout=60)
     assert result.returncode == 0 and result.stdout.count("ALL OK") == 3, result

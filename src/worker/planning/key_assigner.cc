@@ -9,6 +9,14 @@
 
 namespace byteps::worker::planning {
 
+namespace {
+bool InProcessSet(const Signature& sig) {
+  for (const auto& [k, v] : protocol::ParseAttrs(sig.attrs))
+    if (k == protocol::kAttrMembers) return true;
+  return false;
+}
+}  // namespace
+
 std::string Signature::Describe() const {
   return fmt::format("{} bytes of {} ({}{}{})", bytes, DataTypeName(dtype), op, attrs.empty() ? "" : ", ", attrs);
 }
@@ -140,7 +148,10 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Acquire(const std::string& name, const
       ++n.in_flight;
       ++n.placing;
       use = n.uses++;
-      scheduler = scheduler_;
+      // A process set's tensor stays in generation 0: the partition phase's agreements are the
+      // whole job's, which a worker outside the set never reaches through this tensor.
+      if (InProcessSet(sig)) g = 0;
+      else scheduler = scheduler_;
     }
   }
   bool final = false;

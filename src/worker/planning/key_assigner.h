@@ -17,7 +17,9 @@
 // A tensor's plan in a generation is agreed through the resolver on its first use there. Plans
 // never move or go away: an operation in flight keeps the plan it started with. Which generation
 // an operation uses is the scheduler's answer for its use number (counted per name and
-// incarnation from 0, the same on every worker), or without a scheduler the current generation.
+// incarnation from 0, the same on every worker), or without a scheduler the current generation; a
+// process set's tensor (attribute "members") always generation 0, without asking the scheduler
+// (its agreements are the whole job's, which a worker outside the set would never reach).
 // Once the scheduler calls a use final, the name's plans in other generations retire as soon as
 // every earlier use has its round counted (Begun::retired).
 //

@@ -359,13 +359,13 @@ Status Engine::Shutdown() {
   if (cluster_) {
     // Let in-flight operations finish (bounded), then leave the job together with the others.
     handles_->WaitIdle(config_.op_timeout_s);
-    if (links_) links_->SetLeaving();
     Status failure;
     {
       std::lock_guard<std::mutex> lock(mu_);
       failure = failure_;
     }
     if (failure.ok() && local_) failure = local_->failure();  // a local process died: not a clean finish
+    if (links_) links_->SetLeaving(failure.ok());
     result = cluster_->Finish(failure);
   }
   {

@@ -96,14 +96,14 @@ StatusOr<std::shared_ptr<transport::Connection>> ServerLinks::Open(int server, d
   return c;
 }
 
-void ServerLinks::SetLeaving() {
+void ServerLinks::SetLeaving(bool tell_servers) {
   std::vector<std::shared_ptr<transport::Connection>> first;  // one connection to each server
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (leaving_) return;
     leaving_ = true;
     for (const Link& link : links_)
-      if (!link.conns.empty()) first.push_back(link.conns.front());
+      if (tell_servers && !link.conns.empty()) first.push_back(link.conns.front());
   }
   Header h;
   h.opcode = Opcode::kLeave;

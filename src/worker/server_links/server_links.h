@@ -54,8 +54,10 @@ class ServerLinks : public DataPlane, public transport::Handler {
   int connections_per_server() const { return per_server_.load(std::memory_order_acquire); }
   // This worker is leaving the job (nothing in flight; Finish follows): tells every server
   // (Leave: a round this worker has not pushed can never complete), and from now on servers
-  // hanging up once nothing is in flight is expected.
-  void SetLeaving();
+  // hanging up once nothing is in flight is expected. A worker that failed does not tell the
+  // servers (tell_servers false): its end is the job's failure, which the scheduler announces,
+  // not an uneven end of the data that the others would be told of first.
+  void SetLeaving(bool tell_servers = true);
   // The job failed: stop reconnecting.
   void Fail(const Status& failure);
   // Stops reconnecting and joins the reconnect thread (the transport is shut down by its owner).

@@ -74,6 +74,26 @@ StatusOr<byteps::config::Config> LoadConfig() {
   return cfg;
 }
 
+// The scheduler address of the distributed job this process finished cleanly last (guarded by
+// g_mu): every worker's shutdown ended it, so joining it again cannot succeed.
+std::string g_finished_job;
+
+std::string JobAddress(const byteps::config::Config& cfg) {
+  return cfg.distributed() ? fmt::format("{}:{}", cfg.root_uri, cfg.root_port) : std::string();
+}
+
+// Under g_mu, from byteps_init / byteps_lazy_init: refuses at once to join a job this process
+// already finished (Horovod's shutdown(); init() within one job), instead of waiting out the
+// start deadline for a scheduler that has exited.
+int RefuseFinishedJobLocked(const byteps::config::Config& cfg) {
+  if (g_finished_job.empty() || JobAddress(cfg) != g_finished_job) return 0;
+  return SetError(byteps::Precondition(fmt::format(
+      "init() after shutdown(): the job at {} (DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT) ended when every worker shut "
+      "down, and byteps cannot re-initialize within one job; keep one init() for the job, or start a new job "
+      "(another scheduler) and init() into it, or use suspend()/resume()",
+      g_finished_job)));
+}
+
 // Under g_mu: joins the job with `cfg`.
 int StartLocked(const byteps::config::Config& cfg) {
   auto engine = byteps::worker::Engine::Start(cfg);
@@ -151,6 +171,7 @@ int byteps_init(void) {
   g_lazy.reset();
   auto cfg = LoadConfig();
   if (!cfg.ok()) return SetError(cfg.status());
+  if (RefuseFinishedJobLocked(cfg.value()) != 0) return -1;
   {
     std::lock_guard<std::mutex> declared(g_declared_mu);
     g_declared.clear();
@@ -165,6 +186,7 @@ int byteps_lazy_init(void) {
   if (g_engine || g_lazy) return 0;
   auto cfg = LoadConfig();
   if (!cfg.ok()) return SetError(cfg.status());
+  if (RefuseFinishedJobLocked(cfg.value()) != 0) return -1;
   {
     std::lock_guard<std::mutex> declared(g_declared_mu);
     g_declared.clear();
@@ -216,6 +238,10 @@ int byteps_shutdown(void) {
   }
   if (!e) return 0;
   Status st = e->Shutdown();
+  if (st.ok() && e->distributed()) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_finished_job = JobAddress(e->config());
+  }
   return st.ok() ? 0 : SetError(st);
 }
 

@@ -73,6 +73,11 @@ class Fields {
   }
 
   // Optional fields: absent leaves *out as it is.
+  template <typename T>
+  Fields& OptionalInt(const char* field, T* out) {
+    if (!ok() || !j_.contains(field)) return *this;
+    return Int(field, out);
+  }
   Fields& OptionalBool(const char* field, bool* out) {
     if (!ok() || !j_.contains(field)) return *this;
     if (const json* v = Find(field, &json::is_boolean, "is not a boolean")) *out = v->get<bool>();
@@ -174,7 +179,7 @@ std::string Encode(const NodeFailedNotice& m) {
 
 std::string Encode(const KeyInit& m) {
   return Dump(json{{"name", m.name}, {"bytes", m.bytes}, {"dtype", m.dtype}, {"tensor_bytes", m.tensor_bytes},
-                    {"op", m.op}, {"attrs", m.attrs}});
+                    {"op", m.op}, {"attrs", m.attrs}, {"offset", m.offset}});
 }
 
 StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
@@ -203,7 +208,8 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
   auto m = Decode<KeyInit>(payload, "InitKey", [](Fields& f, KeyInit& m) {
     f.String("name", &m.name).Int("bytes", &m.bytes).Int("dtype", &m.dtype).Int("tensor_bytes", &m.tensor_bytes)
         .OptionalString("op", &m.op)         // absent: a sum
-        .OptionalString("attrs", &m.attrs);  // absent: none
+        .OptionalString("attrs", &m.attrs)   // absent: none
+        .OptionalInt("offset", &m.offset);    // absent: 0
   });
   if (m.ok() && m->op != kOpConcat && m->op != kOpAdasum && m->op != kOpJoin && !ReduceKindOfOp(m->op)) {
     return ProtocolError(fmt::format("InitKey of tensor '{}': unknown op '{}' (expected one of {}, {}, {}, {}, {}, {}, "

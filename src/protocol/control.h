@@ -86,6 +86,7 @@ struct KeyInit {
   // (e.g. "shape=2x3;root=1"), chosen by the plugin; "" for none. Workers that declare a key with
   // different attributes all get a kMismatch error naming each attribute that differs.
   std::string attrs{};
+  uint64_t offset = 0;  // the partition's first byte in its tensor (attribute "scatter" uses it)
 };
 
 // The name service (name_planner.h): kNameRequest asks the scheduler for the plan of one
@@ -148,6 +149,11 @@ inline constexpr const char* kAttrMembers = "members";
 inline constexpr const char* kAttrJoin = "join";
 inline constexpr const char* kJoinFails = "fail";
 inline constexpr const char* kJoinLate = "late";
+// The attribute "scatter=b0,b1,...,bm" (ascending tensor byte offsets, b0 = 0, bm = the tensor's
+// bytes): Horovod's reducescatter. The i-th member of the key (ascending global rank among its
+// members) is answered only [b_i, b_{i+1}) of the result, clipped to the partition: the reply's
+// `arg` is that slice's offset in the partition, its payload the slice (possibly empty).
+inline constexpr const char* kAttrScatter = "scatter";
 
 std::string Encode(const RegisterRequest& m);
 std::string Encode(const RegisterReply& m);

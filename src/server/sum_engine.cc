@@ -131,6 +131,7 @@ void SumEngine::HandleInit(InitTask& t) {
     ks.kind = protocol::ReduceKindOfOp(t.init.op).value_or(ReduceKind::kSum);
     ks.init_worker = t.worker;
     Status st = SetMembers(ks, t.key, num_workers_, t.worker);
+    if (st.ok() && ks.member[t.worker]) st = SetScatter(ks, t.key);
     if (!st.ok()) {
       BYTEPS_LOG(Error, "{}", st.message());
       if (!ks.member[t.worker]) {
@@ -221,10 +222,18 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
   h.round = ks.completed_round - ks.skipped[w.worker];  // the worker's own numbering
   h.request_id = w.request_id;
   h.dtype = static_cast<uint8_t>(ks.init.dtype);
-  h.payload_len = ks.init.bytes;
+  uint64_t from = 0, len = ks.init.bytes;
+  if (!ks.scatter.empty()) {  // a reducescatter: only this worker's slice of the partition
+    const uint64_t lo = std::max(ks.scatter[w.worker].first, ks.init.offset);
+    const uint64_t hi = std::min(ks.scatter[w.worker].second, ks.init.offset + ks.init.bytes);
+    from = lo < hi ? lo - ks.init.offset : 0;
+    len = lo < hi ? hi - lo : 0;
+  }
+  h.arg = static_cast<uint32_t>(from);
+  h.payload_len = len;
   std::shared_ptr<uint8_t> result = ks.result;
   std::vector<iovec> iov;
-  if (ks.init.bytes > 0) iov.push_back({result.get(), static_cast<size_t>(ks.init.bytes)});
+  if (len > 0) iov.push_back({result.get() + from, static_cast<size_t>(len)});
   (void)w.conn->Send(h, iov, [result](const Status&) {});
 }
 

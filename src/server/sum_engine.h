@@ -130,6 +130,9 @@ class SumEngine {
     // default). Only members push; a round completes when every member pushed.
     std::vector<char> member;
     int num_members = 0;
+    // Per worker: the tensor bytes its replies carry (attribute "scatter", a reducescatter); empty:
+    // the whole partition.
+    std::vector<std::pair<uint64_t, uint64_t>> scatter;
   };
   using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask, JoinTask>;
 
@@ -173,6 +176,8 @@ class SumEngine {
   // tensor when the attribute is malformed or leaves out the declaring worker); the pushes a
   // round needs; the error for a push or declaration from a worker outside the set.
   static Status SetMembers(KeyState& ks, uint64_t key, int num_workers, int declaring_worker);
+  // The members' slices from the attribute "scatter" (after SetMembers); an error names the tensor.
+  static Status SetScatter(KeyState& ks, uint64_t key);
   // Pushes the current round needs: every member that has not joined (a join round: everyone).
   int Needed(const KeyState& ks) const;
   static bool IsMember(const KeyState& ks, int worker) { return ks.member.empty() || ks.member[worker]; }

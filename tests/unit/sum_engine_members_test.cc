@@ -113,5 +113,39 @@ TEST_F(SumEngineTest, ALeaveOrReleaseCountsMembersOnly) {
   EXPECT_TRUE(Has(f.payload, "worker 0 needs round 1, but worker 1 has shut down")) << f.payload;
 }
 
+TEST_F(SumEngineTest, AScatterKeyAnswersEachMemberOnlyItsSlice) {
+  // A 6-float tensor in two partitions of 3 floats (offsets 0 and 12 bytes) scattered over members
+  // {0, 2}: member 0 owns bytes [0, 8), member 2 [8, 24).
+  Start(3);
+  for (uint64_t key : {8u, 9u}) {
+    KeyInit k = F32("reducescatter.x", 3, "members=0,2;scatter=0,8,24");
+    k.tensor_bytes = 24;
+    k.offset = key == 8 ? 0 : 12;
+    for (int w : {0, 2}) Init(key, w, k);
+  }
+  for (uint64_t key : {8u, 9u})
+    for (int w : {0, 2}) Push(key, 1, w, testing::Encode(kF32, {1.0 + w, 2.0 + w, 3.0 + w}), kF32);
+  const auto sums = testing::Encode(kF32, {4, 6, 8});  // each partition's sum
+  const std::string all = Bytes(sums);
+  SentFrame a = Next(conns_[0], Opcode::kPushPullReply);  // key 8, member 0: bytes [0, 8) of it
+  EXPECT_EQ(a.header.arg, 0u);
+  EXPECT_EQ(a.payload, all.substr(0, 8));
+  SentFrame b = Next(conns_[2], Opcode::kPushPullReply);  // key 8, member 2: bytes [8, 12)
+  EXPECT_EQ(b.header.arg, 8u);
+  EXPECT_EQ(b.payload, all.substr(8, 4));
+  SentFrame c = Next(conns_[0], Opcode::kPushPullReply);  // key 9 (tensor bytes [12, 24)): nothing for member 0
+  EXPECT_EQ(c.header.payload_len, 0u);
+  SentFrame d = Next(conns_[2], Opcode::kPushPullReply);  // key 9: all of it for member 2
+  EXPECT_EQ(d.header.arg, 0u);
+  EXPECT_EQ(d.payload, all);
+  // Offsets that do not tile the tensor fail the declaration, naming the tensor.
+  KeyInit bad = F32("reducescatter.y", 3, "scatter=0,4");
+  Init(10, 0, bad);
+  Status st = NextError(conns_[0]);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("tensor 'reducescatter.y' (key 10) is declared with scatter '0,4'"), std::string::npos)
+      << st.message();
+}
+
 }  // namespace
 }  // namespace byteps::server

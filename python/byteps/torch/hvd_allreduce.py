@@ -67,12 +67,14 @@ def _start_adasum(key, tensor, output, post, attrs):
 
 
 def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: float, post: float, what: str,
-                    inplace: bool, process_set=global_process_set, join_fails: bool = False) -> tuple:
+                    inplace: bool, process_set=global_process_set, join_fails: bool = False,
+                    scatter=None) -> tuple:
     """Starts the core operations of an allreduce of ``tensors`` (into ``outputs``, the tensors
     themselves when ``inplace``) under ``keys``, which it claims, among ``process_set``'s members;
     returns ``(core handles, finish)``, ``finish()`` giving the list of reduced outputs once the
     handles are done.  ``join_fails``: its rounds fail while a worker has joined (a reducescatter,
-    as Horovod's) instead of counting that worker as zeros."""
+    as Horovod's) instead of counting that worker as zeros.  ``scatter``: per tensor, the servers'
+    ``scatter`` attribute or None (a reducescatter: each worker receives only its rows)."""
     n = C.set_size(process_set)
     for t in tensors:
         C.check_tensor(t, C.ADASUM_DTYPES if op == Adasum else C.REDUCE_DTYPES, what)
@@ -80,9 +82,10 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
     C.claim(keys, what)
     handles, stages = [], []
     try:
-        for key, t, out in zip(keys, tensors, outputs):
+        for i, (key, t, out) in enumerate(zip(keys, tensors, outputs)):
             attrs = C.call_attrs("allreduce", t, reduce=C.OP_NAMES[op], pre=float(pre), post=float(post),
-                                 members=C.members_attr(process_set), join="fail" if join_fails else None)
+                                 members=C.members_attr(process_set), join="fail" if join_fails else None,
+                                 scatter=scatter[i] if scatter else None)
             with torch.no_grad():
                 src = t
                 if pre != 1.0:

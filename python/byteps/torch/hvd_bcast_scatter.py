@@ -68,6 +68,18 @@ def row_range(d0: int, n: int, r: int) -> tuple:
     return sum(counts[:r]), counts[r]
 
 
+def _scatter_attr(tensor, n: int):
+    """The servers' ``scatter`` attribute: the byte offsets where each member's rows start (and
+    the end), so that each worker pulls only its own rows (1/n of the bytes).  None where a host's
+    processes share one pull (BYTEPS_LOCAL_SIZE > 1: the host's root would get only its own rows)
+    or there are no servers."""
+    if n < 2 or _basics.local_size() != 1:
+        return None
+    d0 = tensor.shape[0]
+    row = tensor.element_size() * (tensor.numel() // d0 if d0 else 0)
+    return ",".join(str(row_range(d0, n, i)[0] * row) for i in range(n)) + f",{d0 * row}"
+
+
 def _check_scatter_op(op, what: str) -> int:
     if isinstance(op, str):
         op = C._LEGACY.get(op, op)
@@ -91,9 +103,10 @@ def _reducescatter(tensors, name, op, process_set, pre, post, what, prefix, sing
     handle = C.next_handle(process_set)
     keys = keys_for(prefix, name, None if single else len(tensors), handle, process_set)
     outs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
-    core_handles, finish = begin_allreduce(tensors, outs, keys, op, pre, post, what, inplace=False,
-                                           process_set=process_set, join_fails=True)
     n, me = C.set_size(process_set), C.set_rank(process_set)
+    core_handles, finish = begin_allreduce(tensors, outs, keys, op, pre, post, what, inplace=False,
+                                           process_set=process_set, join_fails=True,
+                                           scatter=[_scatter_attr(t, n) for t in tensors])
 
     def stage(_outputs):
         mine = []

@@ -26,6 +26,7 @@ server_links::OutFrame PushPullStage::InitKeyFrame(const planning::TensorPlan& p
   ki.tensor_bytes = plan.bytes;
   ki.op = KeyOpOf(op);
   ki.attrs = attrs;
+  ki.offset = p.range.offset;
   server_links::OutFrame f;
   f.header.opcode = Opcode::kInitKey;
   f.header.key = p.key;
@@ -129,13 +130,16 @@ StatusOr<transport::RecvBuffer> PushPullStage::OnReplyHeader(transport::Connecti
     return b;
   }
   const pipeline::PartitionTask& t = *it->second.task;
-  if (t.len != h.payload_len || t.key != h.key) {
-    return ProtocolError(fmt::format("{} answered request {} (key {}, {} bytes) with key {} and {} bytes",
-                                     c.peer_name(), h.request_id, t.key, t.len, h.key, h.payload_len));
+  // A reducescatter's reply is this worker's slice of the partition, at offset `arg`.
+  const bool slice = t.op->request.attrs.find(protocol::kAttrScatter) != std::string::npos;
+  const bool fits = slice ? h.arg <= t.len && h.payload_len <= t.len - h.arg : h.arg == 0 && h.payload_len == t.len;
+  if (!fits || t.key != h.key) {
+    return ProtocolError(fmt::format("{} answered request {} (key {}, {} bytes) with key {} and {} bytes at offset {}",
+                                     c.peer_name(), h.request_id, t.key, t.len, h.key, h.payload_len, h.arg));
   }
   it->second.receiving_on = &c;
-  b.data = t.dst;
-  b.size = t.len;
+  b.data = t.dst + h.arg;
+  b.size = h.payload_len;
   return b;
 }
 

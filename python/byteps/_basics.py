@@ -167,9 +167,8 @@ def local_size() -> int:
 
 
 def join() -> int:
-    """Horovod's join(): this worker ran out of data.  Waits for its operations in flight, then
-    until every worker has joined (BYTEPS_TIMEOUT); meanwhile the others' reductions count this
-    worker as zeros.  Returns the rank of the last worker to join (the same on every worker)."""
+    """Horovod's join(): this worker is out of data (the others' reductions count it as zeros
+    until every worker joined).  Returns the last rank to join, the same on every worker."""
     return core().join()
 
 

@@ -99,16 +99,7 @@ TEST_F(SumEngineJoinTest, AJoinedWorkerCountsAsZerosUntilEveryWorkerJoined) {
   EXPECT_EQ(m.payload, Bytes(testing::Encode(kI32, {0, 0})));
   // A concatenation while workers have joined fails on the worker that ran it, naming them.
   engine_->Post(InitTask{3, 0, conns_[0], Decl("byteps.allgather.x", kF32, 2, protocol::kOpConcat)});
-  PushTask c;
-  c.key = 3;
-  c.round = 1;
-  c.worker = 0;
-  c.request_id = 7;
-  c.dtype = static_cast<uint8_t>(kF32);
-  c.conn = conns_[0];
-  c.data = pool_.Get(8).value();
-  c.bytes = 8;
-  engine_->Post(std::move(c));
+  Push(3, 1, 0, std::vector<uint8_t>(8), kF32, 7);
   Status st = NextError(conns_[0]);
   EXPECT_EQ(st.code(), StatusCode::kMismatch) << st.message();
   EXPECT_NE(st.message().find("while workers 1, 2 had joined"), std::string::npos) << st.message();

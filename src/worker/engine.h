@@ -157,6 +157,8 @@ class Engine {
   std::unique_ptr<tuning::OnlineTuner> MakeCreditTuner(size_t credit, size_t partition, int warmup, int per_visit = 0,
                                                        int passes = 0);
   void RecordSettings(size_t partition_bytes);  // for `byteps info` (job_files.h); under mu_
+  // The partition size in use: the online verdict's once applied, else the assigner's (plan_mu_).
+  size_t PartitionInUseLocked() const;
   void FailAll(const Status& st);
   // A failure the job cannot go on after (a round that can never complete, a start-up that failed
   // after the rendezvous): FailAll, and tell the scheduler now, which ends the job on every node

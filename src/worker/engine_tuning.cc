@@ -251,7 +251,7 @@ Engine::OnlineStep Engine::TuneOnline(uint32_t index, size_t bytes) {
   credit_bytes_ = settled;
   settings_report_ += fmt::format("; online: credit {} bytes: {}", settled, verdict);
   BYTEPS_LOG(Info, "settings settled: credit {} bytes: {}", settled, verdict);
-  RecordSettings(assigner_->partition_bytes());
+  RecordSettings(PartitionInUseLocked());
   return step;
 }
 
@@ -368,6 +368,12 @@ std::string Engine::settings_report() const {
 
 size_t Engine::partition_bytes() const {
   std::lock_guard<std::mutex> lock(plan_mu_);
+  return PartitionInUseLocked();
+}
+
+size_t Engine::PartitionInUseLocked() const {
+  // The online verdict's generation is used per tensor (PlaceUse), not the assigner's current one.
+  if (verdict_applied_ && *verdict_applied_ < partition_candidates_.size()) return partition_candidates_[*verdict_applied_];
   return assigner_->partition_bytes();
 }
 

@@ -274,12 +274,13 @@ Status Engine::CheckAdasum(const TensorRequest& r) const {
     return InvalidArgument(fmt::format("adasum of '{}': {} is not supported (float16, float32 or float64)", r.name,
                                        DataTypeName(r.dtype)));
   }
-  if (local_) {
-    // Horovod's GPU semantics would be: sum within the host, divide by local_size, Adasum across
-    // hosts (the server policy over the hosts' averages). Not built yet.
-    return Precondition(fmt::format("adasum of '{}' with several processes per host (BYTEPS_LOCAL_SIZE={}) is not "
-                                    "implemented yet (Horovod's semantics there: Adasum across hosts of per-host "
-                                    "averages); run one process per host",
+  if (local_ && !r.device.on_host()) {
+    // A host tensor's processes combine by Adasum locally (the tree in local-rank order), then the
+    // servers across hosts: Horovod's CPU order over ranks. Horovod's GPU semantics (Adasum across
+    // hosts of per-host averages, the device group summing) are not built yet.
+    return Precondition(fmt::format("adasum of device tensor '{}' with several processes per host "
+                                    "(BYTEPS_LOCAL_SIZE={}) is not implemented yet (Horovod's GPU semantics there: "
+                                    "Adasum across hosts of per-host averages); pass a CPU tensor",
                                     r.name, config_.local_size));
   }
   // One partition carries the whole tensor (its dot products span it): it must fit in a message.

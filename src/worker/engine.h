@@ -133,7 +133,8 @@ class Engine {
   Status CheckConcat(const TensorRequest& r) const;
   // A reduction's dtype, average and route allow its op (bool is not summed; only sums average).
   Status CheckReduction(const TensorRequest& r) const;
-  // kAdasum: a float dtype, one process per host, and the whole tensor within one message.
+  // kAdasum: a float dtype, a host tensor when several processes share the host, and the whole
+  // tensor within one message.
   Status CheckAdasum(const TensorRequest& r) const;
   Status TuneAtStart();  // engine_tuning.cc
   // Connections per server from the start-up probe (unless pinned), opened now; the report's part.

@@ -31,7 +31,7 @@ enum class ReduceOp : uint8_t {
   kMax = 3,      // the element-wise maximum (bool: or)
   kProduct = 4,  // the element-wise product (bool: and)
   kAdasum = 5,   // Adasum of the whole tensors in rank order (common/adasum.h; float16/32/64, one
-                 // partition per tensor, one process per host)
+                 // partition per tensor; several processes per host: the local tree first)
   kJoin = 6,     // Engine::Join's key only (protocol::kOpJoin): never a user's reduction
 };
 

@@ -8,6 +8,7 @@
 #include <future>
 #include <vector>
 
+#include "common/adasum.h"
 #include "worker/stages/local_broadcast_stage.h"
 #include "worker/stages/local_reduce_stage.h"
 #include "worker_test_util.h"
@@ -120,6 +121,45 @@ TEST_F(LocalStagesTest, TheRootAppliesTheOpAndRefusesDisagreement) {
   // Whichever of the two the root saw first, the message names the tensor, who does what.
   EXPECT_TRUE(st.message() == "tensor 'm': local rank 0 reduces it by max but the local root by min" ||
               st.message() == "tensor 'm': a local rank reduces it by max but the local root by min")
+      << st.message();
+}
+
+// Adasum: the root combines the whole contributions in local-rank order (the non-root, local
+// rank 0, first), as common/adasum.h's tree does; a process that sums the same tensor meanwhile
+// gets a mismatch naming both.
+TEST_F(LocalStagesTest, AdasumCombinesInLocalRankOrderAndRefusesASum) {
+  auto plan = MakePlan("ada", 4, 1, 16, DataType::kFloat64);
+  std::vector<double> root_in = {1, 0}, root_out(2, 0.0), nr_in = {1, 1}, nr_out(2, 0.0);
+  auto root_op = MakeOp(*plan, pipeline_, root_in.data(), root_out.data());
+  auto nr_op = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data());
+  for (auto* op : {root_op.get(), nr_op.get()}) {
+    op->request.op = ReduceOp::kAdasum;
+    op->parts[0].round = 1;
+  }
+  nr_reduce_->Start(&nr_op->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op->parts[0]).ok());
+  root_reduce_->Start(&root_op->parts[0]);
+  ASSERT_TRUE(root_reduced_.WaitFor(&root_op->parts[0]).ok());
+  // a = (1, 1) (local rank 0), b = (1, 0): d = 1, |a|^2 = 2, |b|^2 = 1:
+  // (1 - 1/4) a + (1 - 1/2) b = (1.25, 0.75); the sum would be (2, 1).
+  std::vector<double> want = {1, 1};
+  std::vector<double> b = {1, 0};
+  AdasumInto(want.data(), b.data(), 2, DataType::kFloat64);
+  EXPECT_EQ(root_out, want);
+  EXPECT_EQ(root_out, (std::vector<double>{1.25, 0.75}));
+
+  auto root_op2 = MakeOp(*plan, pipeline_, root_in.data(), root_out.data());
+  auto nr_op2 = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data());
+  root_op2->request.op = ReduceOp::kSum;
+  nr_op2->request.op = ReduceOp::kAdasum;
+  root_op2->parts[0].round = nr_op2->parts[0].round = 2;
+  nr_reduce_->Start(&nr_op2->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op2->parts[0]).ok());
+  root_reduce_->Start(&root_op2->parts[0]);
+  Status st = root_reduced_.WaitFor(&root_op2->parts[0]);
+  EXPECT_EQ(st.code(), StatusCode::kMismatch) << st.ToString();
+  EXPECT_TRUE(st.message() == "tensor 'ada': local rank 0 reduces it by adasum but the local root by sum" ||
+              st.message() == "tensor 'ada': a local rank reduces it by adasum but the local root by sum")
       << st.message();
 }
 

@@ -62,16 +62,14 @@ def resolve_op(op, average, what: str) -> int:
 
 
 def check_adasum(process_set, what: str) -> None:
-    """Where byteps runs Adasum (on the servers): the global set, one process per host.  Any world
-    size works (Horovod needs a power of two on CPU; the servers' tree is the same for one)."""
+    """Where byteps runs Adasum: the global set.  Any world size works (Horovod needs a power of two
+    on CPU; the servers' tree is the same for one).  With several processes per host a host tensor's
+    processes combine locally first (the tree in local-rank order), then the servers across hosts:
+    Horovod's order when the local size and the host count are powers of two; a CUDA tensor there is
+    refused by the core (Horovod's GPU semantics are not built)."""
     if process_set is not None and process_set is not global_process_set:
         raise NotImplementedError(f"{what}: op=Adasum runs on the global process set only (as in Horovod); got "
                                   f"{process_set!r}")
-    if _basics.is_initialized() and _basics.local_size() > 1:
-        raise NotImplementedError(
-            f"{what}: op=Adasum with several processes per host (local_size={_basics.local_size()}) is not built yet "
-            f"in byteps (Horovod's GPU semantics there: Adasum across hosts of per-host averages); run one process "
-            f"per host")
 
 
 # ---- process sets: hvd_process_sets.py (re-exported at the end of this module)

@@ -213,7 +213,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             workers' gradients, or ``Adasum``: with more than one worker Horovod's delta optimizer
             (:mod:`byteps.torch.optimizer_adasum`: each worker's local update of a parameter,
             combined by the servers' Adasum; ``groups``, ``sparse_as_dense`` and
-            ``gradient_predivide_factor`` do not apply; global process set, one process per host).
+            ``gradient_predivide_factor`` do not apply; global process set; CPU tensors with several
+            processes per host).
         gradient_predivide_factor: Horovod's: with ``Average``, gradients are divided by it before
             the sum and multiplied by it / size after (another op: ValueError).
         num_groups: deprecated alias of ``groups`` (DeprecationWarning).

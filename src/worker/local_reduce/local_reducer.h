@@ -73,6 +73,9 @@ class LocalReducer : public transport::Handler {
     size_t tensor_bytes = 0;
     DataType dtype = DataType::kFloat32;
     ReduceKind kind = ReduceKind::kSum;  // how the root combines the processes' contributions
+    // Instead of `kind`: Adasum of the whole contributions in local-rank order (common/adasum.h's
+    // tree; the host's result is then one input of the servers' tree across hosts).
+    bool adasum = false;
     // The bytes live in device memory and a device group moves them (group_stages.h): the
     // reducer only counts who is ready; no shared memory is touched.
     bool on_device = false;
@@ -146,6 +149,10 @@ class LocalReducer : public transport::Handler {
                    size_t bytes);
   // Root, under mu_: when (key, round) is complete, returns the work that sums it and runs its callback.
   std::function<void()> MaybeReduceLocked(const RoundKey& rk);
+  // "adasum" or the element-wise kind's name (errors).
+  static const char* CombineName(const Part& p);
+  // A mismatch error if `a` and `b` combine differently (OK if they agree).
+  static Status CombineMismatch(const Part& a, const char* a_who, const Part& b, const char* b_who);
   // Non-root, under mu_: when (key, round) is both published and awaited, returns the work that
   // copies the result out and runs its callback.
   std::function<void()> MaybeDeliverLocked(const RoundKey& rk);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "common/adasum.h"
 #include "common/logging.h"
 #include "common/reducer.h"
 #include "protocol/control.h"
@@ -61,7 +62,7 @@ Status LocalReducer::Contribute(const Part& part, const void* input) {
     root = root_;
   }
   protocol::KeyInit ki{part.name, part.bytes, static_cast<int>(part.dtype), part.tensor_bytes,
-                       protocol::OpOfReduceKind(part.kind), ""};
+                       part.adasum ? protocol::kOpAdasum : protocol::OpOfReduceKind(part.kind), ""};
   Header h;
   h.opcode = Opcode::kLocalReady;
   h.key = part.key;
@@ -116,9 +117,8 @@ Status LocalReducer::Gather(const Part& part, const void* input, void* output, D
       r.error = InvalidArgument(fmt::format("a local rank declared tensor '{}' where the local root has '{}' "
                                             "(declare tensors in the same order in every process)",
                                             r.part.name, part.name));
-    } else if (r.ready > 0 && r.part.kind != part.kind) {
-      r.error = Mismatch(fmt::format("tensor '{}': a local rank reduces it by {} but the local root by {}", part.name,
-                                     ReduceKindName(r.part.kind), ReduceKindName(part.kind)));
+    } else if (r.ready > 0) {
+      if (Status st = CombineMismatch(r.part, "a local rank", part, "the local root"); !st.ok()) r.error = st;
     }
     r.root_in = true;
     r.part = part;
@@ -153,6 +153,22 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
     }
     slots.push_back(s->second->data() + round.part.offset);
   }
+  if (round.part.adasum) {
+    // The tree over the host's processes in local-rank order (the root is the highest), on copies:
+    // AdasumTree overwrites its inputs, and the slots are the other processes' memory.
+    return [round, slots] {
+      const Part& p = round.part;
+      std::vector<std::vector<uint8_t>> copies;
+      std::vector<void*> parts;
+      for (const uint8_t* s : slots) copies.emplace_back(s, s + p.bytes);
+      const auto* in = static_cast<const uint8_t*>(round.input);
+      copies.emplace_back(in, in + p.bytes);
+      for (auto& c : copies) parts.push_back(c.data());
+      AdasumTree(parts, p.bytes / DataTypeSize(p.dtype), p.dtype);
+      if (p.bytes > 0) std::memcpy(round.output, parts[0], p.bytes);
+      round.done(Status::Ok());
+    };
+  }
   return [round, slots] {
     const Part& p = round.part;
     if (p.bytes > 0 && round.output != round.input) std::memmove(round.output, round.input, p.bytes);
@@ -183,20 +199,33 @@ void LocalReducer::OnLocalReady(transport::Connection& c, const Header& h, const
                                             pit->first, ki->name, r.root_in ? "the local root" : "another local rank",
                                             r.part.name));
     }
-    const ReduceKind kind = protocol::ReduceKindOfOp(ki->op).value_or(ReduceKind::kSum);
-    if ((r.root_in || r.ready > 0) && r.part.name == ki->name && r.part.kind != kind && r.error.ok()) {
-      r.error = Mismatch(fmt::format("tensor '{}': local rank {} reduces it by {} but {} by {}", ki->name, pit->first,
-                                     ReduceKindName(kind), r.root_in ? "the local root" : "another local rank",
-                                     ReduceKindName(r.part.kind)));
+    Part theirs;
+    theirs.name = ki->name;
+    theirs.kind = protocol::ReduceKindOfOp(ki->op).value_or(ReduceKind::kSum);
+    theirs.adasum = ki->op == protocol::kOpAdasum;
+    if ((r.root_in || r.ready > 0) && r.part.name == ki->name && r.error.ok()) {
+      const std::string who = fmt::format("local rank {}", pit->first);
+      r.error = CombineMismatch(theirs, who.c_str(), r.part, r.root_in ? "the local root" : "another local rank");
     }
     if (!r.root_in && r.ready == 0) {  // checked when the root's own partition comes in
       r.part.name = ki->name;
-      r.part.kind = kind;
+      r.part.kind = theirs.kind;
+      r.part.adasum = theirs.adasum;
     }
     r.ready++;
     work = MaybeReduceLocked({h.key, h.round});
   }
   if (work) work();
+}
+
+const char* LocalReducer::CombineName(const Part& p) {
+  return p.adasum ? "adasum" : ReduceKindName(p.kind);
+}
+
+Status LocalReducer::CombineMismatch(const Part& a, const char* a_who, const Part& b, const char* b_who) {
+  if (a.adasum == b.adasum && (a.adasum || a.kind == b.kind)) return Status::Ok();
+  return Mismatch(fmt::format("tensor '{}': {} reduces it by {} but {} by {}", a.name, a_who, CombineName(a), b_who,
+                              CombineName(b)));
 }
 
 Status LocalReducer::Publish(const Part& part, const void* result) {

@@ -17,6 +17,7 @@ inline local_reduce::LocalReducer::Part LocalPartOf(const pipeline::PartitionTas
   p.tensor_bytes = t.op->plan->bytes;
   p.dtype = t.op->request.dtype;
   p.kind = ReduceKindOf(t.op->request.op);
+  p.adasum = t.op->request.op == ReduceOp::kAdasum;
   return p;
 }
 

@@ -9,6 +9,7 @@
 #include "api/c_api_state.h"
 #include "byteps/c_api.h"
 #include "device/device.h"
+#include "protocol/control.h"
 #include "worker/engine.h"
 
 namespace byteps::api {
@@ -160,9 +161,13 @@ byteps_handle_t byteps_allgather_async_ex(const char* name, const void* input, s
       std::memset(out, 0, slice_offset);
       std::memset(out + slice_offset + slice_bytes, 0, total_bytes - slice_offset - slice_bytes);
     }
+    // Its rounds fail while a process has joined (join()), as a concatenation's do.
+    std::string join_fails = attrs != nullptr ? attrs : "";
+    join_fails += fmt::format("{}{}={}", join_fails.empty() ? "" : ";", byteps::protocol::kAttrJoin,
+                              byteps::protocol::kJoinFails);
     return byteps_reduce_async_on(name, output, output, total_bytes, dtype,
-                                  dtype == BYTEPS_BOOL ? BYTEPS_OP_MAX : BYTEPS_OP_SUM, /*average=*/0, attrs, priority,
-                                  BYTEPS_DEVICE_CPU, 0, nullptr);
+                                  dtype == BYTEPS_BOOL ? BYTEPS_OP_MAX : BYTEPS_OP_SUM, /*average=*/0,
+                                  join_fails.c_str(), priority, BYTEPS_DEVICE_CPU, 0, nullptr);
   }
   r->input = input;
   r->attrs = attrs != nullptr ? attrs : "";

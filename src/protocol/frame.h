@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 9;
+inline constexpr uint8_t kWireVersion = 10;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -61,6 +61,10 @@ enum class Opcode : uint8_t {
 // Header flag bit of kError (bits 0..14 belong to the opcode): the request can never complete,
 // whoever retries; the job cannot go on (e.g. a round that needs a worker that has left).
 inline constexpr uint16_t kFlagJobFatal = 0x0001;
+// Header flag bit of kPushPull: a process behind this push has joined (join() with several
+// processes per host) and its share is zeros: a concatenation's or a "join=fail" key's round fails
+// (kMismatch), as while a worker has joined.
+inline constexpr uint16_t kFlagJoinedShare = 0x0002;
 
 // Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the
 // transport sets or clears this one on every frame it sends): the header's bytes 18..19 hold the low 16 bits of the CRC-32C of the header (with

@@ -144,6 +144,7 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       t.request_id = h.request_id;
       t.dtype = h.dtype;
       t.offset = h.arg;
+      t.joined_share = (h.flags & protocol::kFlagJoinedShare) != 0;
       t.conn = c.shared_from_this();
       if (b.discard) {  // OnHeader found no memory for the payload
         t.failure = Unavailable(fmt::format("this server cannot allocate {} bytes for the push from {}: out of "

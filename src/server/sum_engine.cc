@@ -325,6 +325,7 @@ void SumEngine::HandlePush(PushTask& t) {
     return;
   }
   last = t.round;
+  if (t.joined_share) ks.joined_shares.push_back(t.worker);
   if (concat) {
     // Each worker's part goes to its offset; the parts of one round tile the partition.
     if (ks.pushed == 0) {
@@ -361,7 +362,8 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   ks.pushed = 0;
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
-  ks.round_error = JoinedRoundError(ks, key, absent);
+  ks.round_error = JoinedRoundError(ks, key, absent, ks.joined_shares);
+  ks.joined_shares.clear();
   if (!ks.round_error.ok()) {
     BYTEPS_LOG(Error, "{}", ks.round_error.message());
     ks.accum.reset();

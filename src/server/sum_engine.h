@@ -53,6 +53,7 @@ struct PushTask {
   std::shared_ptr<uint8_t> data;
   size_t bytes = 0;
   uint32_t offset = 0;  // concat keys: where in the partition these bytes go (the header's arg)
+  bool joined_share = false;  // protocol::kFlagJoinedShare: a process behind it has joined
   // Not OK: the payload could not be received (no memory for it); the push fails with this,
   // named by its tensor, and counts for nothing.
   Status failure;
@@ -124,6 +125,7 @@ class SumEngine {
     std::vector<int64_t> released;     // per worker: its last round once it released the key, else -1
     std::vector<uint32_t> skipped;     // per worker: rounds completed while it had joined (zeros)
     Status round_error;                // the completed round failed (a concatenation while joined)
+    std::vector<int> joined_shares;    // this round's pushers with a joined process behind them
     std::vector<Waiter> waiters;
     std::shared_ptr<uint8_t> result;   // sum of completed_round
     // Per worker: whether it belongs to the key's process set (attribute "members"; all by
@@ -148,8 +150,10 @@ class SumEngine {
   void PushJoin(KeyState& ks, uint64_t key, PushTask& t);
   // The members that have joined and did not push the current round (they count as zeros).
   std::vector<int> AbsentJoined(const KeyState& ks) const;
-  // Why a round of this key cannot go on while `absent` have joined ("" when it can).
-  static Status JoinedRoundError(const KeyState& ks, uint64_t key, const std::vector<int>& absent);
+  // Why a round of this key cannot go on while `absent` have joined, or `shares` pushed with a joined
+  // process behind them (OK when it can).
+  static Status JoinedRoundError(const KeyState& ks, uint64_t key, const std::vector<int>& absent,
+                                 const std::vector<int>& shares);
   // Whether the key was declared with attribute key=value.
   static bool HasAttr(const KeyState& ks, const char* key, const char* value);
   // Completes the current round: the joined absentees' zeros, the result, the waiters' replies.

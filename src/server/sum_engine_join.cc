@@ -31,16 +31,22 @@ std::vector<int> SumEngine::AbsentJoined(const KeyState& ks) const {
   return absent;
 }
 
-Status SumEngine::JoinedRoundError(const KeyState& ks, uint64_t key, const std::vector<int>& absent) {
-  if (absent.empty()) return Status::Ok();
+Status SumEngine::JoinedRoundError(const KeyState& ks, uint64_t key, const std::vector<int>& absent,
+                                   const std::vector<int>& shares) {
+  if (absent.empty() && shares.empty()) return Status::Ok();
   const bool concat = ks.init.op == protocol::kOpConcat;
   if (!concat && !HasAttr(ks, protocol::kAttrJoin, protocol::kJoinFails)) return Status::Ok();
+  std::string who;
+  if (!absent.empty()) who = fmt::format("worker{} {}", absent.size() > 1 ? "s" : "", fmt::join(absent, ", "));
+  if (!shares.empty()) {
+    who += fmt::format("{}a process on the host of worker{} {}", who.empty() ? "" : " and ", shares.size() > 1 ? "s" : "",
+                       fmt::join(shares, ", "));
+  }
   return Mismatch(fmt::format(
-      "tensor '{}' (key {}, a {}) ran while worker{} {} had joined (join()): {} needs every worker's data, so it "
-      "fails while any worker has joined, as in Horovod. Only allreduces go on with joined workers counted as "
-      "zeros; for sparse gradients use DistributedOptimizer(sparse_as_dense=True)",
-      ks.init.name, key, ks.init.op, absent.size() > 1 ? "s" : "", fmt::join(absent, ", "),
-      concat ? "an allgather, broadcast or alltoall" : "a reducescatter"));
+      "tensor '{}' (key {}, a {}) ran while {} had joined (join()): {} needs every worker's data, so it fails while "
+      "any worker has joined, as in Horovod. Only allreduces go on with joined workers counted as zeros; for sparse "
+      "gradients use DistributedOptimizer(sparse_as_dense=True)",
+      ks.init.name, key, ks.init.op, who, concat ? "an allgather, broadcast or alltoall" : "a reducescatter"));
 }
 
 void SumEngine::PushJoin(KeyState& ks, uint64_t key, PushTask& t) {

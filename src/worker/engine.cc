@@ -75,6 +75,7 @@ Status Engine::StartLocal() {
   lo.host_id = std::max(0, config_.worker_id);
   lo.start_timeout_s = config_.start_timeout_s;
   lo.transport = transport::TransportOptionsFor(config_, "bps-local");
+  if (!config_.distributed()) lo.names = local_names_;  // the root plans the host's names
   std::string warning;
   const local_reduce::SwitchLayout layout = local_reduce::LayoutSwitches(
       config_.local_rank, config_.local_size, config_.pcie_switch_size,
@@ -142,7 +143,10 @@ void Engine::StartNames() {
 }
 
 StatusOr<protocol::NamePlan> Engine::Resolve(const protocol::NameRequest& r) {
-  return names_ ? names_->Resolve(r) : local_names_(r);
+  if (names_) return names_->Resolve(r);
+  // Without servers a host's processes pair their names through the root's one planner.
+  if (local_ && !local_->all()->is_root()) return local_->all()->ResolveAtRoot(r, config_.op_timeout_s);
+  return local_names_(r);
 }
 
 void Engine::ReleaseRetired(const std::vector<planning::Retired>& retired) {
@@ -210,7 +214,7 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   if (!routed.ok()) return routed.status().WithContext(fmt::format("push_pull of '{}'", r.name));
   const pipeline::Pipeline* route = *routed;
   // The core's own push_pulls (the tuning's, join's) are not iterations of the job.
-  const bool internal = r.name.rfind(kInternalPrefix, 0) == 0;
+  const bool internal = r.name.rfind(kInternalPrefix, 0) == 0 || r.stand_in;
   std::shared_ptr<pipeline::Operation> op;
   std::optional<size_t> credit;
   {

@@ -45,6 +45,7 @@ class Transport;
 namespace byteps::worker {
 
 class PipelineSet;
+class JoinStandIns;
 namespace local_reduce {
 class LocalCircles;
 }
@@ -114,6 +115,8 @@ class Engine {
   // count this worker's share of the others' reductions as zeros. Returns the rank of the last
   // worker to join, the same on every worker. Afterwards every use of a tensor counts as past the
   // online tuner's partition phase (the workers' use counts differ by the rounds some sat out).
+  // With several processes per host each process joins alike; the host joins the servers' join
+  // once all of them did, and its root runs the rounds the others still start meanwhile.
   StatusOr<int> Join();
   // Waits for outstanding work, tells the scheduler we are done, waits for the job's end.
   Status Shutdown();
@@ -137,6 +140,9 @@ class Engine {
   // tensor within one message.
   Status CheckAdasum(const TensorRequest& r) const;
   Status TuneAtStart();  // engine_tuning.cc
+  // Join on a host's local root: runs the stand-ins its other processes need until `join` (the
+  // join operation) finished; that operation's outcome (DeadlineExceeded after BYTEPS_TIMEOUT).
+  Status RunStandIns(JoinStandIns& stand_ins, HandleId join);  // engine_join.cc
   // Connections per server from the start-up probe (unless pinned), opened now; the report's part.
   StatusOr<std::string> WidenLinks(const tuning::StartupOutcome& t);
   // The online tuner's hook for one user push_pull of the tensor with index `index` (under

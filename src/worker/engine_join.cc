@@ -5,10 +5,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <memory>
 #include <vector>
 
 #include "common/logging.h"
 #include "worker/engine.h"
+#include "worker/join_stand_ins.h"
+#include "worker/local_reduce/local_circles.h"
 #include "worker/pipeline/handle_table.h"
 #include "worker/tuning/partition_schedule.h"
 
@@ -24,13 +28,7 @@ StatusOr<int> Engine::Join() {
     if (shut_down_) return Precondition("join(): byteps has been shut down; call init() again");
     if (!failure_.ok()) return failure_.WithContext("join()");
   }
-  if (local_) {
-    return Precondition(fmt::format("join() with several processes per host (BYTEPS_LOCAL_SIZE={}) is not built "
-                                    "yet: the host's local reduce needs every local process; run one process per "
-                                    "host, or give every worker the same number of steps",
-                                    config_.local_size));
-  }
-  if (!distributed()) return rank_;  // the only worker is the last to join
+  if (!distributed() && !local_) return rank_;  // the only worker is the last to join
   // Horovod's join comes after every operation this worker started: those finish first (the
   // others' rounds they wait for need only the others' pushes, or this worker's zeros).
   if (!handles_->WaitIdle(config_.op_timeout_s)) {
@@ -38,7 +36,10 @@ StatusOr<int> Engine::Join() {
                                         "BYTEPS_TIMEOUT={} s",
                                         handles_->running(), config_.op_timeout_s));
   }
-  const int servers = std::max(1, config_.num_servers);
+  // With several processes per host the join tensor goes through the local reduce, whose join
+  // round completes once every local process joined (the last one's rank goes on); the host's
+  // root then pushes it. Until then the root stands in for the rounds the others still run.
+  const int servers = distributed() ? std::max(1, config_.num_servers) : 1;
   std::vector<int32_t> mine(servers, rank_), last(servers, -1);
   TensorRequest r;
   r.name = kJoinName;
@@ -47,11 +48,17 @@ StatusOr<int> Engine::Join() {
   r.bytes = mine.size() * sizeof(int32_t);
   r.dtype = DataType::kInt32;
   r.op = ReduceOp::kJoin;
+  local_reduce::LocalReducer* host = local_ ? local_->all() : nullptr;
+  std::shared_ptr<JoinStandIns> stand_ins;
+  if (host && host->is_root()) {
+    stand_ins = std::make_shared<JoinStandIns>();
+    host->RootJoins([stand_ins](const JoinStandIns::Part& p) { stand_ins->Post(p); });
+  }
   BYTEPS_ASSIGN_OR_RETURN(HandleId h, Enqueue(r));
   BYTEPS_LOG(Info, "join(): worker {} joined; its share of the others' reductions counts as zeros until every "
                    "worker joined",
              rank_);
-  Status st = Wait(h);
+  Status st = stand_ins ? RunStandIns(*stand_ins, h) : Wait(h);
   Release(h);
   if (st.code() == StatusCode::kDeadlineExceeded) {
     // The servers still count this worker as joined: the job cannot go on consistently.
@@ -66,6 +73,50 @@ StatusOr<int> Engine::Join() {
   if (schedule_) use_floor_.store(schedule_->verdict_from(), std::memory_order_release);
   BYTEPS_LOG(Info, "join(): every worker joined; worker {} was the last", last[0]);
   return last[0];
+}
+
+Status Engine::RunStandIns(JoinStandIns& stand_ins, HandleId join) {
+  struct Running {
+    HandleId h;
+    std::vector<uint8_t> zeros, scratch;
+  };
+  std::vector<std::unique_ptr<Running>> running;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.op_timeout_s);
+  Status result = DeadlineExceeded(fmt::format("join(): not every worker joined within BYTEPS_TIMEOUT={} s",
+                                               config_.op_timeout_s));
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const JoinStandIns::Part& p : stand_ins.Take(0.01)) {
+      auto run = std::make_unique<Running>();
+      run->zeros.assign(p.tensor_bytes, 0);
+      run->scratch.resize(p.tensor_bytes);
+      StatusOr<HandleId> h = Enqueue(JoinStandIns::Request(p, run->zeros.data(), run->scratch.data()));
+      if (!h.ok()) {  // the processes that wait for this round learn why
+        local_->all()->PublishError(p, h.status().WithContext("the joined local root's stand-in"));
+        continue;
+      }
+      run->h = *h;
+      running.push_back(std::move(run));
+    }
+    // A stand-in's own outcome is its asking processes' (the local broadcast told them).
+    std::erase_if(running, [&](const std::unique_ptr<Running>& run) {
+      StatusOr<bool> done = Poll(run->h);
+      if (done.ok() && !*done) return false;
+      Release(run->h);
+      return true;
+    });
+    StatusOr<bool> done = Poll(join);
+    if (!done.ok() || *done) {
+      result = done.status();
+      break;
+    }
+  }
+  // Every local process joined after its own operations finished, so the stand-ins are done or
+  // finishing; wait for them before their buffers go.
+  for (auto& run : running) {
+    (void)Wait(run->h, config_.op_timeout_s);
+    Release(run->h);
+  }
+  return result;
 }
 
 }  // namespace byteps::worker

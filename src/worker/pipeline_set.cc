@@ -22,7 +22,8 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
   };
   local_reduce::LocalReducer* all = c.local ? c.local->all() : nullptr;
   const bool root = all == nullptr || all->is_root();
-  pipeline::Stage* local_reduce = all ? add(std::make_unique<stages::LocalReduceStage>(c.loop, all)) : nullptr;
+  pipeline::Stage* local_reduce =
+      all ? add(std::make_unique<stages::LocalReduceStage>(c.loop, all, root && c.plane != nullptr)) : nullptr;
   pipeline::Stage* network = nullptr;
   if (root && c.plane != nullptr) {
     auto pp = std::make_unique<stages::PushPullStage>(c.loop, c.plane, c.host_rank, c.size);
@@ -44,7 +45,7 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
     pipeline::Stage* group_reduce = add(std::make_unique<stages::GroupReduceStage>(c.loop, groups_.get()));
     pipeline::Stage* group_bcast = add(std::make_unique<stages::GroupBroadcastStage>(c.loop, groups_.get()));
     pipeline::Stage* cross_reduce =
-        cross ? add(std::make_unique<stages::LocalReduceStage>(c.loop, cross, "cross-switch-reduce")) : nullptr;
+        cross ? add(std::make_unique<stages::LocalReduceStage>(c.loop, cross, false, "cross-switch-reduce")) : nullptr;
     pipeline::Stage* cross_bcast =
         cross ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, cross, "cross-switch-broadcast")) : nullptr;
     for (int avg = 0; avg < 2; ++avg) {

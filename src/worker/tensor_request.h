@@ -85,6 +85,9 @@ struct TensorRequest {
   // Declaration attributes the servers compare across workers ("shape=2x3;root=1", the plugin's
   // choice; protocol::KeyInit::attrs): a difference fails every worker with kMismatch.
   std::string attrs{};
+  // Run by a host's local root on behalf of its other processes after it joined (join_stand_ins.h):
+  // not one of this process's own iterations (no online tuning, no speed telemetry).
+  bool stand_in = false;
 };
 
 using HandleId = int64_t;

@@ -132,7 +132,7 @@ for step in range(3):
 """
 
 FINISH = r"""
-print("CHECKED", checked[0], flush=True)
+print(f"CHECKED {checked[0]}", flush=True)  # one write: processes of a host share stdout
 finish()
 """
 

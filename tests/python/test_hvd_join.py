@@ -15,16 +15,24 @@ from test_hvd_ops import COMMON
 
 pytestmark = pytest.mark.usefixtures("require_core")
 
+# The script's uneven steps: phase 1's, 3's and 4's per rank, and the last rank to join in each.
+THREE = dict(BASE1=[3, 8, 14], LAST1=2, BASE3=[5, 1, 2], LAST3=0, BATCHES=[4, 7, 2], LAST4=1)
+
+
+def params(p):
+    return "".join(f"{k} = {v!r}\n" for k, v in p.items())
+
+
 JOIN = COMMON + r"""
 import math
-assert n == 3
+assert n == len(BASE1)
 
 def steps_of(w, base):  # uneven data: worker w has base[w] steps
     return base[w]
 
 # Phase 1: worker 0 has 3 steps, worker 1 has 8, worker 2 has 14 (the tuner's uses 6 and 11 are
 # crossed while others sit out).
-base = [3, 8, 14]
+base = BASE1
 for s in range(base[r]):
     active = [w for w in range(n) if s < base[w]]
     x = torch.arange(6, dtype=torch.float32) + s
@@ -58,12 +66,12 @@ for s in range(base[r]):
         same(f"allreduce after a failed op {s}", hvd.allreduce(torch.ones(2), name=f"after{s}", op=hvd.Sum),
              torch.full((2,), float(len(active))))
 last = hvd.join()
-same("phase 1 last", torch.tensor([last]), torch.tensor([2]))
+same("phase 1 last", torch.tensor([last]), torch.tensor([LAST1]))
 
 # Phase 2: everyone again, on the same names (their rounds now map past those the early joiners sat out).
 for s in range(4):
     x = torch.arange(6, dtype=torch.float32) + s
-    same(f"phase 2 sum {s}", hvd.allreduce(x * (r + 1), name="grad", op=hvd.Sum), x * 6)
+    same(f"phase 2 sum {s}", hvd.allreduce(x * (r + 1), name="grad", op=hvd.Sum), x * (n * (n + 1) // 2))
     same(f"phase 2 min {s}", hvd.allreduce(torch.arange(1, 5, dtype=torch.int32) + r, name="imin", op=hvd.Min),
          torch.arange(1, 5, dtype=torch.int32))
 same("phase 2 allgather", hvd.allgather(torch.full((r + 1, 2), float(r)), name="gather"),
@@ -71,12 +79,12 @@ same("phase 2 allgather", hvd.allgather(torch.full((r + 1, 2), float(r)), name="
 same("phase 2 broadcast", hvd.broadcast(torch.full((3,), float(r)), root_rank=1, name="bcast"), torch.full((3,), 1.0))
 
 # Phase 3: worker 0 runs longest; a second join returns 0.
-for s in range([5, 1, 2][r]):
-    active = [w for w in range(n) if s < [5, 1, 2][w]]
+for s in range(BASE3[r]):
+    active = [w for w in range(n) if s < BASE3[w]]
     same(f"phase 3 step {s}", hvd.allreduce(torch.ones(4) * (r + 1), name="grad3", op=hvd.Sum),
          torch.full((4,), float(sum(w + 1 for w in active))))
 last = hvd.join()
-same("phase 3 last", torch.tensor([last]), torch.tensor([0]))
+same("phase 3 last", torch.tensor([last]), torch.tensor([LAST3]))
 
 # Phase 4: DistributedOptimizer with uneven batches, then the last joiner's parameters everywhere.
 torch.manual_seed(7)
@@ -86,7 +94,7 @@ ref = torch.nn.Linear(4, 1, bias=True)
 ref.load_state_dict(model.state_dict())
 lr = 0.1
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr), named_parameters=model.named_parameters())
-batches = [4, 7, 2]
+batches = BATCHES
 
 def batch(w, b):
     g = torch.Generator().manual_seed(1000 * w + b)
@@ -98,7 +106,7 @@ for b in range(batches[r]):
     torch.nn.functional.mse_loss(model(xb), yb).backward()
     opt.step()
 last = hvd.join()
-same("phase 4 last", torch.tensor([last]), torch.tensor([1]))
+same("phase 4 last", torch.tensor([last]), torch.tensor([LAST4]))
 hvd.broadcast_parameters(model.state_dict(), root_rank=last)
 # The reference: each step averages over all n workers, a finished worker's gradient being zero.
 for b in range(max(batches)):
@@ -131,7 +139,7 @@ hvd.shutdown()
 
 
 def test_join_with_uneven_data_every_op_family_and_an_optimizer(run_job):
-    result = run_job(3, 2, JOIN, timeout=240)
+    result = run_job(3, 2, params(THREE) + JOIN, timeout=240)
     assert result.returncode == 0 and result.stdout.count("ALL OK") == 3, result
 
 

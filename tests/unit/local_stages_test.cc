@@ -38,9 +38,9 @@ class LocalStagesTest : public ::testing::Test {
     auto r = root_start.get();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     root_ = std::move(r.value());
-    root_reduce_ = std::make_unique<stages::LocalReduceStage>(&root_reduced_, root_.get());
+    root_reduce_ = std::make_unique<stages::LocalReduceStage>(&root_reduced_, root_.get(), true);
     root_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&root_published_, root_.get());
-    nr_reduce_ = std::make_unique<stages::LocalReduceStage>(&nr_contributed_, non_root_.get());
+    nr_reduce_ = std::make_unique<stages::LocalReduceStage>(&nr_contributed_, non_root_.get(), true);
     nr_bcast_ = std::make_unique<stages::LocalBroadcastStage>(&nr_received_, non_root_.get());
   }
 
@@ -178,6 +178,95 @@ TEST_F(LocalStagesTest, ARootFailureReachesTheNonRootWithItsCode) {
   Status st = nr_received_.WaitFor(&nr_op->parts[0]);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_NE(st.message().find("tensor 'w' has 16 bytes"), std::string::npos) << st.ToString();
+}
+
+// join(): once the non-root's join round came in, the root's rounds complete without it (a sum
+// adds nothing, a min takes its zeros) and say so; the join round's result is the last one in;
+// afterwards the non-root's rounds of a key map past the ones it sat out, both ways.
+TEST_F(LocalStagesTest, AJoinedNonRootCountsAsZerosAndItsRoundsMapPastTheOnesItSatOut) {
+  auto join_plan = MakePlan("__byteps.join", 9, 1, 4, DataType::kInt32);
+  std::vector<int32_t> nr_rank = {0}, nr_last = {-1}, root_rank = {1}, root_last = {-1};
+  auto nr_join = MakeOp(*join_plan, pipeline_, nr_rank.data(), nr_last.data());
+  auto root_join = MakeOp(*join_plan, pipeline_, root_rank.data(), root_last.data());
+  for (auto* op : {nr_join.get(), root_join.get()}) {
+    op->request.op = ReduceOp::kJoin;
+    op->parts[0].round = 1;
+  }
+  nr_reduce_->Start(&nr_join->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_join->parts[0]).ok());
+
+  auto sum_plan = MakePlan("s", 5, 1, 8);
+  std::vector<float> root_in = {1, 2}, out(2, 0.f);
+  auto sum1 = MakeOp(*sum_plan, pipeline_, root_in.data(), out.data());
+  sum1->parts[0].round = 1;
+  root_reduce_->Start(&sum1->parts[0]);
+  ASSERT_TRUE(root_reduced_.WaitFor(&sum1->parts[0]).ok());
+  EXPECT_EQ(out, root_in);
+  EXPECT_TRUE(sum1->parts[0].joined_share);
+  auto min_plan = MakePlan("m", 6, 1, 8);
+  auto min1 = MakeOp(*min_plan, pipeline_, root_in.data(), out.data());
+  min1->request.op = ReduceOp::kMin;
+  min1->parts[0].round = 1;
+  root_reduce_->Start(&min1->parts[0]);
+  ASSERT_TRUE(root_reduced_.WaitFor(&min1->parts[0]).ok());
+  EXPECT_EQ(out, (std::vector<float>{0, 0}));
+
+  root_reduce_->Start(&root_join->parts[0]);  // the root joins last: its rank is the result
+  ASSERT_TRUE(root_reduced_.WaitFor(&root_join->parts[0]).ok());
+  EXPECT_EQ(root_last, root_rank);
+  EXPECT_FALSE(root_join->parts[0].joined_share);
+
+  // Everyone again on "s": the non-root's round 1 is the root's round 2.
+  std::vector<float> nr_in = {10, 20}, nr_out(2, 0.f);
+  auto nr_sum = MakeOp(*sum_plan, pipeline_, nr_in.data(), nr_out.data());
+  auto root_sum = MakeOp(*sum_plan, pipeline_, root_in.data(), out.data());
+  nr_sum->parts[0].round = 1;
+  root_sum->parts[0].round = 2;
+  nr_reduce_->Start(&nr_sum->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_sum->parts[0]).ok());
+  root_reduce_->Start(&root_sum->parts[0]);
+  ASSERT_TRUE(root_reduced_.WaitFor(&root_sum->parts[0]).ok());
+  EXPECT_EQ(out, (std::vector<float>{11, 22}));
+  EXPECT_FALSE(root_sum->parts[0].joined_share);
+  nr_bcast_->Start(&nr_sum->parts[0]);
+  root_bcast_->Start(&root_sum->parts[0]);
+  ASSERT_TRUE(nr_received_.WaitFor(&nr_sum->parts[0]).ok());  // published as its own round 1
+  EXPECT_EQ(nr_out, out);
+}
+
+// Once the root joined, a tensor round the non-root starts goes to the stand-in hook once (not
+// once per partition), with what the root needs to run it; the root's round then completes.
+TEST_F(LocalStagesTest, AJoinedRootStandsInOncePerTensorRound) {
+  std::mutex mu;
+  std::vector<local_reduce::LocalReducer::Part> asked;
+  root_->RootJoins([&](const local_reduce::LocalReducer::Part& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    asked.push_back(p);
+  });
+  auto plan = MakePlan("t", 7, 2, 8);
+  std::vector<float> nr_in = {1, 2, 3, 4}, nr_out(4, 0.f), zeros(4, 0.f), out(4, 0.f);
+  auto nr_op = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data(), 0, /*average=*/true);
+  nr_op->request.attrs = "shape=4";
+  for (auto& t : nr_op->parts) t.round = 3;
+  for (auto& t : nr_op->parts) {
+    nr_reduce_->Start(&t);
+    ASSERT_TRUE(nr_contributed_.WaitFor(&t).ok());
+  }
+  auto stand_in = MakeOp(*plan, pipeline_, zeros.data(), out.data());
+  for (auto& t : stand_in->parts) t.round = 3;
+  for (auto& t : stand_in->parts) {
+    root_reduce_->Start(&t);
+    ASSERT_TRUE(root_reduced_.WaitFor(&t).ok());
+    EXPECT_TRUE(t.joined_share);  // the root's own share is a joined process's zeros
+  }
+  EXPECT_EQ(out, nr_in);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].name, "t");
+  EXPECT_EQ(asked[0].round, 3u);
+  EXPECT_EQ(asked[0].tensor_bytes, 16u);
+  EXPECT_TRUE(asked[0].average);
+  EXPECT_EQ(asked[0].attrs, "shape=4");
 }
 
 }  // namespace

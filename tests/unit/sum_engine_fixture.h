@@ -50,9 +50,10 @@ class SumEngineTest : public ::testing::Test {
 
   // A push of `bytes` (copied into a pooled buffer, as the server receives it).
   void Push(uint64_t key, uint32_t round, int worker, const std::vector<uint8_t>& bytes, DataType dt,
-            uint64_t request_id = 0, Conn on = nullptr, uint64_t generation = 0) {
+            uint64_t request_id = 0, Conn on = nullptr, uint64_t generation = 0, bool joined_share = false) {
     PushTask t;
     t.generation = generation;
+    t.joined_share = joined_share;
     t.key = key;
     t.round = round;
     t.worker = worker;

@@ -151,5 +151,30 @@ TEST_F(SumEngineJoinTest, AReducescatterKeyFailsWhileAWorkerHasJoined) {
   EXPECT_NE(st.message().find("a reducescatter needs every worker's data"), std::string::npos) << st.message();
 }
 
+// A push that says a process behind it has joined (several processes per host): an allreduce's
+// round goes on; a reducescatter's fails on every worker, naming that worker's host.
+TEST_F(SumEngineJoinTest, APushWithAJoinedProcessBehindItFailsAReducescatterOnly) {
+  StartShared(2);
+  const std::string fails = fmt::format("{}={}", protocol::kAttrJoin, protocol::kJoinFails);
+  for (int w = 0; w < 2; ++w) {
+    Init(6, w, Decl("byteps.reducescatter.r", kF32, 2, protocol::kOpSum, fails));
+    Init(7, w, Decl("byteps.allreduce.a", kF32, 2, protocol::kOpSum));
+  }
+  Push(7, 1, 0, testing::Encode(kF32, {1, 2}), kF32, 0, nullptr, 0, /*joined_share=*/true);
+  Push(7, 1, 1, testing::Encode(kF32, {3, 4}), kF32);
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(Next(conns_[w], Opcode::kPushPullReply).payload, Bytes(testing::Encode(kF32, {4, 6})));
+  Push(6, 1, 0, testing::Encode(kF32, {1, 2}), kF32, 0, nullptr, 0, /*joined_share=*/true);
+  Push(6, 1, 1, testing::Encode(kF32, {3, 4}), kF32);
+  for (int w = 0; w < 2; ++w) {
+    Status st = NextError(conns_[w]);
+    EXPECT_EQ(st.code(), StatusCode::kMismatch);
+    EXPECT_NE(st.message().find("a process on the host of worker 0 had joined"), std::string::npos) << st.message();
+  }
+  // The next round is a round like any other.
+  Push(6, 2, 0, testing::Encode(kF32, {1, 2}), kF32);
+  Push(6, 2, 1, testing::Encode(kF32, {3, 4}), kF32);
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(Next(conns_[w], Opcode::kPushPullReply).payload, Bytes(testing::Encode(kF32, {4, 6})));
+}
+
 }  // namespace
 }  // namespace byteps::server

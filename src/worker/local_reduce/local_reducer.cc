@@ -120,8 +120,9 @@ void LocalReducer::FailAll(const Status& st) {
       if (w.done) dones.push_back(std::move(w.done));
     awaited_.clear();
     for (auto& [k, r] : rounds_)
-      if (r.done) dones.push_back(std::move(r.done));
+      if (r.done) dones.push_back([d = std::move(r.done)](const Status& s) { d(s, false); });
     rounds_.clear();
+    stand_in_ = nullptr;
   }
   cv_.notify_all();
   Header h = protocol::ErrorHeader(Opcode::kJobError, st.code());
@@ -130,7 +131,9 @@ void LocalReducer::FailAll(const Status& st) {
 }
 
 StatusOr<transport::RecvBuffer> LocalReducer::OnHeader(transport::Connection& c, const Header& h) {
-  if (h.payload_len > 64 * 1024) return ProtocolError("oversized local control frame from " + c.peer_name());
+  // A name's plan lists every partition (as the scheduler's replies may); the rest is small.
+  const size_t limit = h.opcode == Opcode::kNameReply ? (16u << 20) : 64 * 1024;
+  if (h.payload_len > limit) return ProtocolError("oversized local control frame from " + c.peer_name());
   return transport::RecvBuffer{};
 }
 
@@ -170,6 +173,10 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
     }
     case Opcode::kLocalReady:
       return OnLocalReady(c, h, payload);
+    case Opcode::kNameRequest:
+      return OnNameRequest(c, h, payload);
+    case Opcode::kNameReply:
+      return OnNameReply(h, payload);
     case Opcode::kLocalDone: {
       std::lock_guard<std::mutex> lock(mu_);
       Result& r = awaited_[{h.key, h.round}];

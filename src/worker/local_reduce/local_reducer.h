@@ -24,11 +24,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/reducer.h"
+#include "protocol/control.h"
 #include "transport/transport.h"
 #include "worker/local_reduce/shm_segment.h"
 
@@ -46,6 +49,10 @@ struct LocalOptions {
   int host_id = 0;       // DMLC_WORKER_ID: which worker host
   double start_timeout_s = 60;
   transport::TransportOptions transport;  // secret and checksum; threads/buffers are set here
+  // A job without servers: the root plans every local process's names with this (one planner for
+  // the host, so names pair by name whatever order each process first uses them in); the others
+  // ask it through ResolveAtRoot. Unset: each process plans (or asks the scheduler) itself.
+  std::function<StatusOr<protocol::NamePlan>(const protocol::NameRequest&)> names;
 };
 
 class LocalReducer : public transport::Handler {
@@ -76,6 +83,10 @@ class LocalReducer : public transport::Handler {
     // Instead of `kind`: Adasum of the whole contributions in local-rank order (common/adasum.h's
     // tree; the host's result is then one input of the servers' tree across hosts).
     bool adasum = false;
+    bool average = false;  // the sum is divided by size() (a stand-in's request needs it)
+    std::string attrs;     // the request's declaration attributes (likewise)
+    // Engine::Join's round: the result is the last contribution in (the host's last joiner's rank).
+    bool join = false;
     // The bytes live in device memory and a device group moves them (group_stages.h): the
     // reducer only counts who is ready; no shared memory is touched.
     bool on_device = false;
@@ -86,12 +97,23 @@ class LocalReducer : public transport::Handler {
   // Non-root: copies the round's result into `output` once the root published it (perhaps already),
   // then runs `done`.
   void AwaitResult(const Part& part, void* output, Done done);
-  // Root: `output` = `input` + every non-root's slot, once all are in; then `ready` runs.
-  Status Gather(const Part& part, const void* input, void* output, Done ready);
+  // Root: `output` = `input` + every non-root's slot, once all are in (a joined one's share counts
+  // as zeros: `joined_share` then); then `ready` runs.
+  using GatherDone = std::function<void(const Status&, bool joined_share)>;
+  Status Gather(const Part& part, const void* input, void* output, GatherDone ready);
+  // join() with several processes per host (root side). A non-root's join round (Part::join) marks
+  // it joined: later rounds complete without it, its share zeros, and its round numbers map past
+  // the rounds it sat out. Once the root itself joined (RootJoins, after its own operations
+  // finished), each tensor round a non-root contributes that the root has not entered goes to
+  // `stand_in` once (on the calling or the I/O thread, outside the lock): the engine runs that
+  // operation on the root's behalf with zeros. The marks clear when the join round completes.
+  using StandIn = std::function<void(const Part&)>;
+  void RootJoins(StandIn stand_in);
   // Root: hands the round's result to every non-root.
   Status Publish(const Part& part, const void* result);
-  // Root: tells every non-root that (key, round) failed (code in the header's arg, message as payload).
-  void PublishError(uint64_t key, uint32_t round, const Status& error);
+  // Root: tells every non-root in the round that it failed (code in the header's arg, message as
+  // payload).
+  void PublishError(const Part& part, const Status& error);
   // Device groups (group_stages.h) use this process's local socket to form and to order: the root
   // sends every non-root one frame (in the order of the calls), a non-root sends the root its
   // device (kLocalGroup). The listener gets kLocalGroup frames on both sides and kLocalGo frames on
@@ -103,6 +125,9 @@ class LocalReducer : public transport::Handler {
   Status SendToNonRoots(const protocol::Header& h, const std::string& payload);
   Status SendToRoot(const protocol::Header& h, const std::string& payload);  // non-root
   void SetGroupListener(std::function<void(const protocol::Header&, const std::string&)> listener);
+  // Non-root of a job without servers: the root's plan for `r` (LocalOptions::names), waiting at
+  // most timeout_s (local_reducer_names.cc).
+  StatusOr<protocol::NamePlan> ResolveAtRoot(const protocol::NameRequest& r, double timeout_s);
   // Fails everything waiting (e.g. the job failed elsewhere).
   void FailAll(const Status& st);
   // The first failure (OK while healthy).
@@ -121,11 +146,13 @@ class LocalReducer : public transport::Handler {
   using RoundKey = std::pair<uint64_t, uint32_t>;  // (partition key, round)
   struct Round {
     int ready = 0;  // non-roots in
+    std::vector<int> from;  // their local ranks, in order of arrival
     bool root_in = false;
+    bool root_last = false;  // the root came in after every non-root so far
     Part part;
     const void* input = nullptr;
     void* output = nullptr;
-    Done done;
+    GatherDone done;
     Status error;
   };
   struct Peer {
@@ -157,6 +184,21 @@ class LocalReducer : public transport::Handler {
   // copies the result out and runs its callback.
   std::function<void()> MaybeDeliverLocked(const RoundKey& rk);
   void OnLocalReady(transport::Connection& c, const protocol::Header& h, const std::string& payload);
+  void OnNameRequest(transport::Connection& c, const protocol::Header& h, const std::string& payload);  // root
+  void OnNameReply(const protocol::Header& h, const std::string& payload);                              // non-root
+  // local_reducer_join.cc, under mu_: the round's joined non-roots that did not contribute; nullopt
+  // while a non-root is still waited for.
+  std::optional<std::vector<int>> AbsentJoinedLocked(const Round& r) const;
+  // A non-root's round `round` of `key` in the root's numbering (past the rounds it sat out).
+  uint32_t MapRoundLocked(uint64_t key, int rank, uint32_t round) const;
+  uint32_t MapRoundBackLocked(uint64_t key, int rank, uint32_t round) const;  // the other way
+  // The round's result goes to this non-root (not to one that had joined and sat it out), with
+  // the round in its own numbering.
+  bool SendsToLocked(const Part& part, int rank) const;
+  // After a non-root joined: the work of every round that now completes.
+  std::vector<std::function<void()>> ReduceAllLocked();
+  // The stand-in to start for a non-root's round the root has not entered, if any.
+  std::function<void()> MaybeStandInLocked(const RoundKey& rk, const Part& part);
 
   LocalOptions options_;
   Done on_failure_;
@@ -170,11 +212,18 @@ class LocalReducer : public transport::Handler {
   std::map<int, Peer> peers_;  // by local rank
   std::map<RoundKey, Round> rounds_;
   std::map<uint32_t, std::unique_ptr<ShmSegment>> results_;  // by declared key
+  std::set<int> joined_;    // non-roots that joined (their join round came in)
+  bool root_joined_ = false;
+  StandIn stand_in_;
+  std::set<std::pair<uint32_t, uint32_t>> stood_in_;  // (declared key, round) handed to stand_in_
+  std::map<std::pair<uint64_t, int>, uint32_t> skipped_;  // (partition key, non-root): rounds it sat out
   // Non-root side.
   std::shared_ptr<transport::Connection> root_;
   std::map<uint32_t, std::unique_ptr<ShmSegment>> my_slots_;     // by declared key
   std::map<uint32_t, std::unique_ptr<ShmSegment>> result_maps_;  // by declared key
   std::map<RoundKey, Result> awaited_;
+  uint64_t next_name_request_ = 1;
+  std::map<uint64_t, std::optional<protocol::NameReply>> name_replies_;  // by request id
   std::function<void(const protocol::Header&, const std::string&)> group_listener_;  // guarded by mu_
   int listener_calls_ = 0;  // calls of group_listener_ in progress (guarded by mu_)
   // Group frames that came with no listener set, or while SetGroupListener hands those over.

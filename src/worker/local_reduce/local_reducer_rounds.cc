@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/adasum.h"
@@ -62,13 +63,17 @@ Status LocalReducer::Contribute(const Part& part, const void* input) {
     root = root_;
   }
   protocol::KeyInit ki{part.name, part.bytes, static_cast<int>(part.dtype), part.tensor_bytes,
-                       part.adasum ? protocol::kOpAdasum : protocol::OpOfReduceKind(part.kind), ""};
+                       part.join     ? protocol::kOpJoin
+                       : part.adasum ? protocol::kOpAdasum
+                                     : protocol::OpOfReduceKind(part.kind),
+                       part.attrs};
   Header h;
   h.opcode = Opcode::kLocalReady;
   h.key = part.key;
   h.round = part.round;
   h.sender = static_cast<uint32_t>(options_.local_rank);
-  h.arg = part.on_device ? 1 : 0;  // 1: nothing in shared memory (a device group moves the bytes)
+  // Bit 0: nothing in shared memory (a device group moves the bytes); bit 1: averaged.
+  h.arg = (part.on_device ? 1u : 0u) | (part.average ? 2u : 0u);
   return root->SendCopy(h, protocol::Encode(ki));
 }
 
@@ -107,7 +112,7 @@ std::function<void()> LocalReducer::MaybeDeliverLocked(const RoundKey& rk) {
   };
 }
 
-Status LocalReducer::Gather(const Part& part, const void* input, void* output, Done ready) {
+Status LocalReducer::Gather(const Part& part, const void* input, void* output, GatherDone ready) {
   std::function<void()> work;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -121,6 +126,7 @@ Status LocalReducer::Gather(const Part& part, const void* input, void* output, D
       if (Status st = CombineMismatch(r.part, "a local rank", part, "the local root"); !st.ok()) r.error = st;
     }
     r.root_in = true;
+    r.root_last = true;
     r.part = part;
     r.input = input;
     r.output = output;
@@ -133,89 +139,133 @@ Status LocalReducer::Gather(const Part& part, const void* input, void* output, D
 
 std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
   auto it = rounds_.find(rk);
-  if (it == rounds_.end()) return nullptr;
-  Round& r = it->second;
-  if (!r.root_in || r.ready < options_.local_size - 1) return nullptr;
-  Round round = std::move(r);
+  if (it == rounds_.end() || !it->second.root_in) return nullptr;
+  std::optional<std::vector<int>> absent = AbsentJoinedLocked(it->second);
+  if (!absent) return nullptr;  // a non-root is still waited for
+  Round round = std::move(it->second);
   rounds_.erase(it);
-  if (!round.error.ok()) return [round] { round.done(round.error); };
-  if (round.part.on_device) return [round] { round.done(Status::Ok()); };  // all ready: the group sums
+  for (int rank : *absent) skipped_[{rk.first, rank}]++;  // its later rounds of the key map past this one
+  // A joined process's zeros are in it: a joined non-root's, or the root's own in a stand-in.
+  const bool joined_share = !round.part.join && (!absent->empty() || root_joined_);
+  if (round.part.join) {  // every local process joined: nobody is joined any more
+    joined_.clear();
+    root_joined_ = false;
+    stand_in_ = nullptr;
+    stood_in_.clear();
+  }
+  if (!round.error.ok()) return [round] { round.done(round.error, false); };
+  if (round.part.on_device) {
+    if (!joined_share) return [round] { round.done(Status::Ok(), false); };  // all ready: the group sums
+    Status err = Precondition(fmt::format("tensor '{}': a device tensor's round while local rank {} has joined "
+                                          "(join()) is not supported with several processes per host; use CPU "
+                                          "tensors around join()",
+                                          round.part.name, RankOf(absent->empty() ? options_.local_size - 1 : (*absent)[0])));
+    return [round, err] { round.done(err, true); };
+  }
   // The slots' bytes for this round stay put until every local rank has the result (each rank's
-  // next round of the partition waits for it), so the sum runs outside the lock.
+  // next round of the partition waits for it), so the sum runs outside the lock. A joined
+  // non-root's share is zeros (nullptr here).
   const uint32_t dk = protocol::DeclaredKeyOf(rk.first);
-  std::vector<const uint8_t*> slots;
+  std::vector<const uint8_t*> slots;  // in local-rank order
+  const uint8_t* last = nullptr;      // a join round's last contribution, when a non-root's
   for (auto& [rank, peer] : peers_) {
+    if (std::find(absent->begin(), absent->end(), rank) != absent->end()) {
+      slots.push_back(nullptr);
+      continue;
+    }
     auto s = peer.slots.find(dk);
     if (s == peer.slots.end() || s->second->size() < round.part.offset + round.part.bytes) {
       Status err = InvalidArgument(fmt::format("tensor '{}': local rank {} has no slot of {} bytes", round.part.name,
                                                rank, round.part.tensor_bytes));
-      return [round, err] { round.done(err); };
+      return [round, err] { round.done(err, false); };
     }
     slots.push_back(s->second->data() + round.part.offset);
+    if (!round.root_last && !round.from.empty() && round.from.back() == rank) last = slots.back();
   }
-  if (round.part.adasum) {
-    // The tree over the host's processes in local-rank order (the root is the highest), on copies:
-    // AdasumTree overwrites its inputs, and the slots are the other processes' memory.
-    return [round, slots] {
-      const Part& p = round.part;
+  return [round, slots, last, joined_share] {
+    const Part& p = round.part;
+    const size_t count = p.bytes / DataTypeSize(p.dtype);
+    if (p.join) {
+      const void* from = last != nullptr ? last : round.input;
+      if (p.bytes > 0 && round.output != from) std::memmove(round.output, from, p.bytes);
+    } else if (p.adasum) {
+      // The tree over the host's processes in local-rank order (the root is the highest), on
+      // copies: AdasumTree overwrites its inputs, and the slots are the other processes' memory.
       std::vector<std::vector<uint8_t>> copies;
-      std::vector<void*> parts;
-      for (const uint8_t* s : slots) copies.emplace_back(s, s + p.bytes);
+      for (const uint8_t* s : slots) copies.push_back(s ? std::vector<uint8_t>(s, s + p.bytes) : std::vector<uint8_t>(p.bytes));
       const auto* in = static_cast<const uint8_t*>(round.input);
       copies.emplace_back(in, in + p.bytes);
+      std::vector<void*> parts;
       for (auto& c : copies) parts.push_back(c.data());
-      AdasumTree(parts, p.bytes / DataTypeSize(p.dtype), p.dtype);
+      AdasumTree(parts, count, p.dtype);
       if (p.bytes > 0) std::memcpy(round.output, parts[0], p.bytes);
-      round.done(Status::Ok());
-    };
-  }
-  return [round, slots] {
-    const Part& p = round.part;
-    if (p.bytes > 0 && round.output != round.input) std::memmove(round.output, round.input, p.bytes);
-    const size_t count = p.bytes / DataTypeSize(p.dtype);
-    for (const uint8_t* s : slots) ReduceInto(round.output, s, count, p.dtype, p.kind);
-    round.done(Status::Ok());
+    } else {
+      if (p.bytes > 0 && round.output != round.input) std::memmove(round.output, round.input, p.bytes);
+      for (const uint8_t* s : slots)
+        if (s) ReduceInto(round.output, s, count, p.dtype, p.kind);
+      // min, max, product: joined processes' zeros count once (each is idempotent with itself).
+      if (joined_share && p.kind != ReduceKind::kSum) {
+        std::vector<uint8_t> zeros(p.bytes);
+        ReduceInto(round.output, zeros.data(), count, p.dtype, p.kind);
+      }
+    }
+    round.done(Status::Ok(), joined_share);
   };
 }
 
 void LocalReducer::OnLocalReady(transport::Connection& c, const Header& h, const std::string& payload) {
   auto ki = protocol::DecodeKeyInit(payload);
-  std::function<void()> work;
+  std::vector<std::function<void()>> works;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto pit = peers_.find(static_cast<int>(c.tag));
     if (!ki.ok() || pit == peers_.end()) return;
     Peer& peer = pit->second;
+    const int rank = pit->first;
     const uint32_t dk = protocol::DeclaredKeyOf(h.key);
-    Round& r = rounds_[{h.key, h.round}];
-    if (h.arg == 0) {  // 1: a device group's round, nothing in shared memory
-      Status st = MapLocked(&peer.slots[dk], false, peer.pid, SlotSuffix(options_, dk, pit->first),
-                            ki->tensor_bytes);
+    const RoundKey rk{h.key, MapRoundLocked(h.key, rank, h.round)};
+    Round& r = rounds_[rk];
+    if ((h.arg & 1) == 0) {  // 1: a device group's round, nothing in shared memory
+      Status st = MapLocked(&peer.slots[dk], false, peer.pid, SlotSuffix(options_, dk, rank), ki->tensor_bytes);
       if (!st.ok() && r.error.ok()) r.error = st;
     }
     if ((r.root_in || r.ready > 0) && r.part.name != ki->name && r.error.ok()) {
       r.error = InvalidArgument(fmt::format("local rank {} declared tensor '{}' where {} has '{}' "
                                             "(declare tensors in the same order in every process)",
-                                            pit->first, ki->name, r.root_in ? "the local root" : "another local rank",
+                                            rank, ki->name, r.root_in ? "the local root" : "another local rank",
                                             r.part.name));
     }
     Part theirs;
+    theirs.key = rk.first;
+    theirs.round = rk.second;
     theirs.name = ki->name;
+    theirs.bytes = ki->bytes;
+    theirs.tensor_bytes = ki->tensor_bytes;
+    theirs.dtype = static_cast<DataType>(ki->dtype);
     theirs.kind = protocol::ReduceKindOfOp(ki->op).value_or(ReduceKind::kSum);
     theirs.adasum = ki->op == protocol::kOpAdasum;
+    theirs.join = ki->op == protocol::kOpJoin;
+    theirs.average = (h.arg & 2) != 0;
+    theirs.attrs = ki->attrs;
+    theirs.on_device = (h.arg & 1) != 0;
     if ((r.root_in || r.ready > 0) && r.part.name == ki->name && r.error.ok()) {
-      const std::string who = fmt::format("local rank {}", pit->first);
+      const std::string who = fmt::format("local rank {}", rank);
       r.error = CombineMismatch(theirs, who.c_str(), r.part, r.root_in ? "the local root" : "another local rank");
     }
-    if (!r.root_in && r.ready == 0) {  // checked when the root's own partition comes in
-      r.part.name = ki->name;
-      r.part.kind = theirs.kind;
-      r.part.adasum = theirs.adasum;
-    }
+    if (!r.root_in && r.ready == 0) r.part = theirs;  // checked when the root's own partition comes in
     r.ready++;
-    work = MaybeReduceLocked({h.key, h.round});
+    r.from.push_back(rank);
+    r.root_last = false;
+    if (theirs.join) {
+      joined_.insert(rank);
+      works = ReduceAllLocked();  // rounds that waited for it complete without it
+    } else if (auto work = MaybeReduceLocked(rk)) {
+      works.push_back(std::move(work));
+    } else if (auto stand_in = MaybeStandInLocked(rk, theirs)) {
+      works.push_back(std::move(stand_in));
+    }
   }
-  if (work) work();
+  for (auto& w : works) w();
 }
 
 const char* LocalReducer::CombineName(const Part& p) {
@@ -229,7 +279,7 @@ Status LocalReducer::CombineMismatch(const Part& a, const char* a_who, const Par
 }
 
 Status LocalReducer::Publish(const Part& part, const void* result) {
-  std::vector<std::shared_ptr<transport::Connection>> conns;
+  std::vector<std::pair<std::shared_ptr<transport::Connection>, uint32_t>> conns;  // with the round in its numbering
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) return failure_;
@@ -237,26 +287,32 @@ Status LocalReducer::Publish(const Part& part, const void* result) {
     BYTEPS_RETURN_IF_ERROR(
         MapLocked(&results_[dk], true, getpid(), ResultSuffix(options_, dk), part.tensor_bytes));
     if (part.bytes > 0) std::memcpy(results_[dk]->data() + part.offset, result, part.bytes);
-    for (auto& [rank, peer] : peers_) conns.push_back(peer.conn);
+    for (auto& [rank, peer] : peers_)
+      if (SendsToLocked(part, rank)) conns.emplace_back(peer.conn, MapRoundBackLocked(part.key, rank, part.round));
   }
   Header h;
   h.opcode = Opcode::kLocalDone;
   h.key = part.key;
-  h.round = part.round;
   h.arg = static_cast<uint32_t>(getpid());
-  for (auto& c : conns) (void)c->SendCopy(h, "");
+  for (auto& [c, round] : conns) {
+    h.round = round;
+    (void)c->SendCopy(h, "");
+  }
   return Status::Ok();
 }
 
-void LocalReducer::PublishError(uint64_t key, uint32_t round, const Status& error) {
-  std::vector<std::shared_ptr<transport::Connection>> conns;
+void LocalReducer::PublishError(const Part& part, const Status& error) {
+  std::vector<std::pair<std::shared_ptr<transport::Connection>, uint32_t>> conns;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [rank, peer] : peers_) conns.push_back(peer.conn);
+    for (auto& [rank, peer] : peers_)
+      if (SendsToLocked(part, rank)) conns.emplace_back(peer.conn, MapRoundBackLocked(part.key, rank, part.round));
   }
-  Header h = protocol::ErrorHeader(Opcode::kError, error.code(), key);  // the local ranks raise the same kind
-  h.round = round;
-  for (auto& c : conns) (void)c->SendCopy(h, error.message());
+  Header h = protocol::ErrorHeader(Opcode::kError, error.code(), part.key);  // the local ranks raise the same kind
+  for (auto& [c, round] : conns) {
+    h.round = round;
+    (void)c->SendCopy(h, error.message());
+  }
 }
 
 }  // namespace byteps::worker::local_reduce

@@ -39,6 +39,9 @@ struct PartitionTask {
   size_t push_offset = 0;
   const uint8_t* src = nullptr;
   uint8_t* dst = nullptr;
+  // The local reduce counted a joined local process's share as zeros (join() with several
+  // processes per host): the push says so (protocol::kFlagJoinedShare).
+  bool joined_share = false;
   // Dispatcher bookkeeping (dispatcher thread only).
   size_t stage = 0;          // index of the current stage in the pipeline
   size_t credit_bytes = 0;   // credit held while in a credit-using stage (0 = none)

@@ -63,7 +63,7 @@ void DeviceGroups::StartReduce(pipeline::PartitionTask* t, pipeline::StageSink* 
     }
     return;
   }
-  Status st = local_->Gather(part, nullptr, nullptr, [this, t, sink](const Status& ready) {
+  Status st = local_->Gather(part, nullptr, nullptr, [this, t, sink](const Status& ready, bool /*joined_share*/) {
     if (!ready.ok()) return Finish(sink, t, ready);
     std::lock_guard<std::mutex> lock(mu_);
     QueueReduceLocked(t, sink);

@@ -16,7 +16,7 @@ void LocalBroadcastStage::Start(pipeline::PartitionTask* t) {
 }
 
 void LocalBroadcastStage::Skip(pipeline::PartitionTask* t, const Status& failure) {
-  if (reducer_->is_root()) reducer_->PublishError(t->key, t->round, failure);
+  if (reducer_->is_root()) reducer_->PublishError(LocalPartOf(*t), failure);
 }
 
 }  // namespace byteps::worker::stages

@@ -18,6 +18,9 @@ inline local_reduce::LocalReducer::Part LocalPartOf(const pipeline::PartitionTas
   p.dtype = t.op->request.dtype;
   p.kind = ReduceKindOf(t.op->request.op);
   p.adasum = t.op->request.op == ReduceOp::kAdasum;
+  p.join = t.op->request.op == ReduceOp::kJoin;
+  p.average = t.op->request.average;
+  p.attrs = t.op->request.attrs;
   return p;
 }
 

@@ -46,6 +46,7 @@ server_links::OutFrame PushPullStage::PushFrame(const pipeline::PartitionTask& t
   f.header.dtype = static_cast<uint8_t>(t.op->request.dtype);
   f.header.payload_len = t.push_len;
   f.header.arg = static_cast<uint32_t>(t.push_offset);
+  if (t.joined_share) f.header.flags |= protocol::kFlagJoinedShare;
   f.data = t.src;
   f.len = t.push_len;
   return f;

@@ -129,6 +129,8 @@ void SumEngine::HandleInit(InitTask& t) {
     ks.initialized = true;
     ks.init = t.init;
     ks.kind = protocol::ReduceKindOfOp(t.init.op).value_or(ReduceKind::kSum);
+    ks.join_fails = HasAttr(ks, protocol::kAttrJoin, protocol::kJoinFails);  // parsed once, read every round
+    ks.join_late = HasAttr(ks, protocol::kAttrJoin, protocol::kJoinLate);
     ks.init_worker = t.worker;
     Status st = SetMembers(ks, t.key, num_workers_, t.worker);
     if (st.ok() && ks.member[t.worker]) st = SetScatter(ks, t.key);
@@ -353,7 +355,7 @@ void SumEngine::HandlePush(PushTask& t) {
 
 void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   const std::vector<int> absent = AbsentJoined(ks);
-  const bool late = HasAttr(ks, protocol::kAttrJoin, protocol::kJoinLate);
+  const bool late = ks.join_late;
   for (int w : absent) {
     ks.last_round[w]++;          // this round is done for it
     if (!late) ks.skipped[w]++;  // its later rounds map past it (late: its push of it gets the result)

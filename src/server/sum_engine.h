@@ -114,6 +114,8 @@ class SumEngine {
     bool initialized = false;
     protocol::KeyInit init;
     ReduceKind kind = ReduceKind::kSum;  // init.op's reduction (not used by concat keys)
+    bool join_fails = false;             // attribute join=fail
+    bool join_late = false;              // attribute join=late
     int init_worker = -1;
     Status error;  // not OK: the key is poisoned (declaration mismatch)
     uint32_t completed_round = 0;

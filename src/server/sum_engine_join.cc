@@ -35,7 +35,7 @@ Status SumEngine::JoinedRoundError(const KeyState& ks, uint64_t key, const std::
                                    const std::vector<int>& shares) {
   if (absent.empty() && shares.empty()) return Status::Ok();
   const bool concat = ks.init.op == protocol::kOpConcat;
-  if (!concat && !HasAttr(ks, protocol::kAttrJoin, protocol::kJoinFails)) return Status::Ok();
+  if (!concat && !ks.join_fails) return Status::Ok();
   std::string who;
   if (!absent.empty()) who = fmt::format("worker{} {}", absent.size() > 1 ? "s" : "", fmt::join(absent, ", "));
   if (!shares.empty()) {

@@ -7,6 +7,7 @@
 
 #include "cluster/cluster_config.h"
 #include "cluster/name_client.h"
+#include "protocol/control.h"
 #include "protocol/name_planner.h"
 #include "common/adasum.h"
 #include "common/logging.h"
@@ -19,6 +20,7 @@
 #include "worker/pipeline_set.h"
 #include "worker/planning/key_assigner.h"
 #include "worker/server_links/server_links.h"
+#include "worker/stand_ins.h"
 #include "worker/stages/push_pull_stage.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/partition_schedule.h"
@@ -73,6 +75,7 @@ Status Engine::StartLocal() {
   lo.local_size = config_.local_size;
   lo.job = JobToken(config_);
   lo.host_id = std::max(0, config_.worker_id);
+  lo.global_rank = rank_;
   lo.start_timeout_s = config_.start_timeout_s;
   lo.transport = transport::TransportOptionsFor(config_, "bps-local");
   if (!config_.distributed()) lo.names = local_names_;  // the root plans the host's names
@@ -165,7 +168,7 @@ void Engine::StartPipeline() {
         // its waiter wakes (a caller reading the speed right after sees it).
         handles_->PartDone(*t->op, t->part, st, [this](const pipeline::Operation& op) {
           assigner_->End(*op.plan, op.status);  // before a waiter wakes: its next use sees it done
-          if (op.status.ok() && op.request.name.rfind(kInternalPrefix, 0) != 0) {
+          if (op.status.ok() && op.request.name.rfind(kInternalPrefix, 0) != 0 && !op.request.stand_in) {
             telemetry_.Add(op.request.bytes);
           }
         });
@@ -185,6 +188,15 @@ void Engine::StartPipeline() {
     loop_ = std::move(loop);
     if (!failure_.ok()) loop_->FailAll(failure_);  // it failed while starting
   }
+  if (local_ && local_->all()->is_root()) {
+    StandInRunner::Calls calls;
+    calls.enqueue = [this](const TensorRequest& r) { return Enqueue(r); };
+    calls.poll = [this](HandleId h) { return Poll(h); };
+    calls.release = [this](HandleId h) { Release(h); };
+    calls.fail = [this](const StandInRunner::Part& p, const Status& st) { local_->all()->PublishError(p, st); };
+    stand_ins_ = std::make_unique<StandInRunner>(std::move(calls));
+    local_->all()->SetStandIn([runner = stand_ins_.get()](const StandInRunner::Part& p) { runner->Post(p); });
+  }
   if (links_) {
     links_->set_client(pipelines_->push_pull());
     if (Status st = links_->Connect(); !st.ok()) FailAll(st);
@@ -201,6 +213,14 @@ StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
   if (r.bytes % esize != 0) {
     return InvalidArgument(fmt::format("push_pull of '{}': {} bytes is not a whole number of {} elements", r.name,
                                        r.bytes, DataTypeName(r.dtype)));
+  }
+  if (local_ && r.attrs.find(protocol::kAttrMembers) != std::string::npos &&
+      rank_ != std::max(0, config_.worker_id) * config_.local_size + config_.local_rank) {
+    // The servers count hosts: a set's ranks map to hosts only in the launchers' layout.
+    return Precondition(fmt::format("push_pull of '{}': a process set with several processes per host needs ranks "
+                                    "laid out host by host (rank = DMLC_WORKER_ID x BYTEPS_LOCAL_SIZE + "
+                                    "BYTEPS_LOCAL_RANK), but this process has rank {} (BYTEPS_GLOBAL_RANK)",
+                                    r.name, rank_));
   }
   if (r.op == ReduceOp::kConcat) BYTEPS_RETURN_IF_ERROR(CheckConcat(r));
   else BYTEPS_RETURN_IF_ERROR(CheckReduction(r));
@@ -361,6 +381,12 @@ Status Engine::Shutdown() {
     if (shut_down_) return Status::Ok();
   }
   Status result;
+  if (local_ && local_->all()->is_root()) {
+    // The host's other processes may still need this root (their rounds go through it, and it
+    // stands in for those it does not run itself): it leaves after them.
+    handles_->WaitIdle(config_.op_timeout_s);
+    local_->all()->AwaitPeersLeft(config_.op_timeout_s);
+  }
   if (cluster_) {
     // Let in-flight operations finish (bounded), then leave the job together with the others.
     handles_->WaitIdle(config_.op_timeout_s);
@@ -373,6 +399,7 @@ Status Engine::Shutdown() {
     if (links_) links_->SetLeaving(failure.ok());
     result = cluster_->Finish(failure);
   }
+  if (stand_ins_) stand_ins_->Stop(config_.op_timeout_s);
   {
     std::lock_guard<std::mutex> lock(mu_);
     shut_down_ = true;
@@ -392,10 +419,12 @@ Engine::~Engine() {
     std::lock_guard<std::mutex> lock(mu_);
     shut_down_ = true;  // FailAll no longer reaches the parts released below
   }
+  if (stand_ins_) stand_ins_->Stop(0);     // no stand-in starts after this
   if (loop_) loop_->Stop();                // no stage starts anything after this
   if (links_) links_->Shutdown();
   if (transport_) transport_->Shutdown();  // no server callback runs after this
   if (local_) local_->Close();             // nor a local one
+  stand_ins_.reset();                      // nothing posts to it any more
   pipelines_.reset();                      // its device groups still reach the (closed) local reducer
   local_.reset();
   cluster_.reset();

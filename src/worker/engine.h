@@ -45,7 +45,7 @@ class Transport;
 namespace byteps::worker {
 
 class PipelineSet;
-class JoinStandIns;
+class StandInRunner;
 namespace local_reduce {
 class LocalCircles;
 }
@@ -140,9 +140,6 @@ class Engine {
   // tensor within one message.
   Status CheckAdasum(const TensorRequest& r) const;
   Status TuneAtStart();  // engine_tuning.cc
-  // Join on a host's local root: runs the stand-ins its other processes need until `join` (the
-  // join operation) finished; that operation's outcome (DeadlineExceeded after BYTEPS_TIMEOUT).
-  Status RunStandIns(JoinStandIns& stand_ins, HandleId join);  // engine_join.cc
   // Connections per server from the start-up probe (unless pinned), opened now; the report's part.
   StatusOr<std::string> WidenLinks(const tuning::StartupOutcome& t);
   // The online tuner's hook for one user push_pull of the tensor with index `index` (under
@@ -182,6 +179,7 @@ class Engine {
   std::unique_ptr<cluster::NameClient> names_;             // distributed; set before any use
   std::function<StatusOr<protocol::NamePlan>(const protocol::NameRequest&)> local_names_;
   std::unique_ptr<local_reduce::LocalCircles> local_;  // BYTEPS_LOCAL_SIZE > 1
+  std::unique_ptr<StandInRunner> stand_ins_;           // a host's local root (stand_ins.h)
   std::unique_ptr<server_links::ServerLinks> links_;   // when this process talks to the servers
   std::unique_ptr<pipeline::HandleTable> handles_;
   SpeedTelemetry telemetry_;

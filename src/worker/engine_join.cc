@@ -5,13 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
-#include <memory>
 #include <vector>
 
 #include "common/logging.h"
 #include "worker/engine.h"
-#include "worker/join_stand_ins.h"
 #include "worker/local_reduce/local_circles.h"
 #include "worker/pipeline/handle_table.h"
 #include "worker/tuning/partition_schedule.h"
@@ -48,17 +45,12 @@ StatusOr<int> Engine::Join() {
   r.bytes = mine.size() * sizeof(int32_t);
   r.dtype = DataType::kInt32;
   r.op = ReduceOp::kJoin;
-  local_reduce::LocalReducer* host = local_ ? local_->all() : nullptr;
-  std::shared_ptr<JoinStandIns> stand_ins;
-  if (host && host->is_root()) {
-    stand_ins = std::make_shared<JoinStandIns>();
-    host->RootJoins([stand_ins](const JoinStandIns::Part& p) { stand_ins->Post(p); });
-  }
+  if (local_ && local_->all()->is_root()) local_->all()->RootJoins();  // stand-ins from now on
   BYTEPS_ASSIGN_OR_RETURN(HandleId h, Enqueue(r));
   BYTEPS_LOG(Info, "join(): worker {} joined; its share of the others' reductions counts as zeros until every "
                    "worker joined",
              rank_);
-  Status st = stand_ins ? RunStandIns(*stand_ins, h) : Wait(h);
+  Status st = Wait(h);
   Release(h);
   if (st.code() == StatusCode::kDeadlineExceeded) {
     // The servers still count this worker as joined: the job cannot go on consistently.
@@ -73,50 +65,6 @@ StatusOr<int> Engine::Join() {
   if (schedule_) use_floor_.store(schedule_->verdict_from(), std::memory_order_release);
   BYTEPS_LOG(Info, "join(): every worker joined; worker {} was the last", last[0]);
   return last[0];
-}
-
-Status Engine::RunStandIns(JoinStandIns& stand_ins, HandleId join) {
-  struct Running {
-    HandleId h;
-    std::vector<uint8_t> zeros, scratch;
-  };
-  std::vector<std::unique_ptr<Running>> running;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.op_timeout_s);
-  Status result = DeadlineExceeded(fmt::format("join(): not every worker joined within BYTEPS_TIMEOUT={} s",
-                                               config_.op_timeout_s));
-  while (std::chrono::steady_clock::now() < deadline) {
-    for (const JoinStandIns::Part& p : stand_ins.Take(0.01)) {
-      auto run = std::make_unique<Running>();
-      run->zeros.assign(p.tensor_bytes, 0);
-      run->scratch.resize(p.tensor_bytes);
-      StatusOr<HandleId> h = Enqueue(JoinStandIns::Request(p, run->zeros.data(), run->scratch.data()));
-      if (!h.ok()) {  // the processes that wait for this round learn why
-        local_->all()->PublishError(p, h.status().WithContext("the joined local root's stand-in"));
-        continue;
-      }
-      run->h = *h;
-      running.push_back(std::move(run));
-    }
-    // A stand-in's own outcome is its asking processes' (the local broadcast told them).
-    std::erase_if(running, [&](const std::unique_ptr<Running>& run) {
-      StatusOr<bool> done = Poll(run->h);
-      if (done.ok() && !*done) return false;
-      Release(run->h);
-      return true;
-    });
-    StatusOr<bool> done = Poll(join);
-    if (!done.ok() || *done) {
-      result = done.status();
-      break;
-    }
-  }
-  // Every local process joined after its own operations finished, so the stand-ins are done or
-  // finishing; wait for them before their buffers go.
-  for (auto& run : running) {
-    (void)Wait(run->h, config_.op_timeout_s);
-    Release(run->h);
-  }
-  return result;
 }
 
 }  // namespace byteps::worker

@@ -26,7 +26,8 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
       all ? add(std::make_unique<stages::LocalReduceStage>(c.loop, all, root && c.plane != nullptr)) : nullptr;
   pipeline::Stage* network = nullptr;
   if (root && c.plane != nullptr) {
-    auto pp = std::make_unique<stages::PushPullStage>(c.loop, c.plane, c.host_rank, c.size);
+    auto pp = std::make_unique<stages::PushPullStage>(c.loop, c.plane, c.host_rank, c.size,
+                                                      all != nullptr ? all->local_size() : 1);
     push_pull_ = pp.get();
     network = add(std::move(pp));
   }

@@ -56,13 +56,15 @@ for step in range(STEPS):
 mine = torch.cat([p.detach().flatten() for p in net.parameters()])
 same("parameters vs reference", mine, reference(PS.ranks if member else [r]))
 rows = hvd.allgather(mine.unsqueeze(0))  # every worker's parameters, in rank order
-same("members end equal", rows[1], rows[0])
-if torch.equal(rows[2], rows[0]):
-    fails.append("worker 2 (outside the set) ended with the members' parameters")
+same("members end equal", rows[PS.ranks[1]], rows[PS.ranks[0]])
+outsider = [w for w in range(n) if w not in PS.ranks][0]
+if torch.equal(rows[outsider], rows[PS.ranks[0]]):
+    fails.append(f"worker {outsider} (outside the set) ended with the members' parameters")
 if member:
     g = {w: gradients(model(), w, 0) for w in PS.ranks}
-    for kwargs, want in (({"op": hvd.Sum}, lambda i: g[0][i] + g[1][i]),
-                         ({"gradient_predivide_factor": 2.0}, lambda i: (g[0][i] + g[1][i]) / 2)):
+    total = lambda i: sum(g[w][i] for w in PS.ranks)  # noqa: E731
+    for kwargs, want in (({"op": hvd.Sum}, total),
+                         ({"gradient_predivide_factor": 2.0}, lambda i: total(i) / len(PS.ranks))):
         m = model()
         o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
                                      process_set=PS, **kwargs)

@@ -26,7 +26,8 @@ for ps in SETS:
     xs = {w: inp(w, (4, 3), torch.float32) for w in ps.ranks}
     total = sum(xs.values())
     same(f"{tag} allreduce Sum", hvd.allreduce(xs[r], op=hvd.Sum, process_set=ps), total)
-    same(f"{tag} allreduce Average", hvd.allreduce(xs[r], process_set=ps), total / m)
+    same(f"{tag} allreduce Average", hvd.allreduce(xs[r], process_set=ps),
+         total * torch.tensor(1 / m, dtype=total.dtype))  # Horovod scales by 1/m in the dtype
     ix = {w: inp(w, (5,), torch.int32) for w in ps.ranks}
     same(f"{tag} allreduce int Average", hvd.allreduce(ix[r], process_set=ps),
          torch.div(sum(ix.values()), m, rounding_mode="trunc"))

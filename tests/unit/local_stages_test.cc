@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "common/adasum.h"
@@ -20,6 +23,16 @@ using testing::MakeOp;
 using testing::MakePlan;
 using testing::RecordingSink;
 
+// Polls `done` for up to 5 s.
+template <typename F>
+bool WaitUntil(F done) {
+  for (int i = 0; i < 500; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return done();
+}
+
 class LocalStagesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -28,10 +41,10 @@ class LocalStagesTest : public ::testing::Test {
     o.job = "ls" + std::to_string(getpid()) + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     o.start_timeout_s = 10;
     auto root_start = std::async(std::launch::async, [o]() mutable {
-      o.local_rank = 1;
+      o.local_rank = o.global_rank = 1;
       return local_reduce::LocalReducer::Start(o, nullptr);
     });
-    o.local_rank = 0;
+    o.local_rank = o.global_rank = 0;
     auto nr = local_reduce::LocalReducer::Start(o, nullptr);
     ASSERT_TRUE(nr.ok()) << nr.status().ToString();
     non_root_ = std::move(nr.value());
@@ -239,10 +252,11 @@ TEST_F(LocalStagesTest, AJoinedNonRootCountsAsZerosAndItsRoundsMapPastTheOnesItS
 TEST_F(LocalStagesTest, AJoinedRootStandsInOncePerTensorRound) {
   std::mutex mu;
   std::vector<local_reduce::LocalReducer::Part> asked;
-  root_->RootJoins([&](const local_reduce::LocalReducer::Part& p) {
+  root_->SetStandIn([&](const local_reduce::LocalReducer::Part& p) {
     std::lock_guard<std::mutex> lock(mu);
     asked.push_back(p);
   });
+  root_->RootJoins();
   auto plan = MakePlan("t", 7, 2, 8);
   std::vector<float> nr_in = {1, 2, 3, 4}, nr_out(4, 0.f), zeros(4, 0.f), out(4, 0.f);
   auto nr_op = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data(), 0, /*average=*/true);
@@ -252,6 +266,11 @@ TEST_F(LocalStagesTest, AJoinedRootStandsInOncePerTensorRound) {
     nr_reduce_->Start(&t);
     ASSERT_TRUE(nr_contributed_.WaitFor(&t).ok());
   }
+  // The stand-in exists because the hook asked for it: wait for that (the root's I/O thread).
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return !asked.empty();
+  }));
   auto stand_in = MakeOp(*plan, pipeline_, zeros.data(), out.data());
   for (auto& t : stand_in->parts) t.round = 3;
   for (auto& t : stand_in->parts) {
@@ -267,6 +286,37 @@ TEST_F(LocalStagesTest, AJoinedRootStandsInOncePerTensorRound) {
   EXPECT_EQ(asked[0].tensor_bytes, 16u);
   EXPECT_TRUE(asked[0].average);
   EXPECT_EQ(asked[0].attrs, "shape=4");
+}
+
+// A process set the root is outside of (members=0: the non-root only): the root stands in for the
+// round without having joined, its zeros left out of the min, and the result goes to the member.
+TEST_F(LocalStagesTest, TheRootStandsInForASetItIsNotAMemberOf) {
+  std::atomic<int> asked{0};
+  root_->SetStandIn([&](const local_reduce::LocalReducer::Part& p) {
+    EXPECT_EQ(p.attrs, "members=0");
+    ++asked;
+  });
+  auto plan = MakePlan("ps1.m", 8, 1, 8);
+  std::vector<float> nr_in = {3, 4}, nr_out(2, 0.f), zeros(2, 0.f), out(2, 0.f);
+  auto nr_op = MakeOp(*plan, pipeline_, nr_in.data(), nr_out.data());
+  auto stand_in = MakeOp(*plan, pipeline_, zeros.data(), out.data());
+  for (auto* op : {nr_op.get(), stand_in.get()}) {
+    op->request.op = ReduceOp::kMin;
+    op->request.attrs = "members=0";
+    op->parts[0].round = 1;
+  }
+  nr_reduce_->Start(&nr_op->parts[0]);
+  ASSERT_TRUE(nr_contributed_.WaitFor(&nr_op->parts[0]).ok());
+  ASSERT_TRUE(WaitUntil([&] { return asked.load() > 0; }));  // the stand-in exists because the hook asked
+  root_reduce_->Start(&stand_in->parts[0]);
+  ASSERT_TRUE(root_reduced_.WaitFor(&stand_in->parts[0]).ok());
+  EXPECT_EQ(out, nr_in);  // not min(3, 0)
+  EXPECT_FALSE(stand_in->parts[0].joined_share);
+  nr_bcast_->Start(&nr_op->parts[0]);
+  root_bcast_->Start(&stand_in->parts[0]);
+  ASSERT_TRUE(nr_received_.WaitFor(&nr_op->parts[0]).ok());
+  EXPECT_EQ(nr_out, nr_in);
+  EXPECT_EQ(asked.load(), 1);
 }
 
 }  // namespace

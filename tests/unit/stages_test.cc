@@ -40,6 +40,15 @@ TEST(CopyOutStageTest, MovesTheResultIntoTheOutput) {
   EXPECT_EQ(op->parts[1].src, op->parts[1].dst);
 }
 
+// Several processes per host: a process set's members (global ranks) reach the servers as the
+// hosts they run on; the other attributes stay as they were.
+TEST(PushPullStageHostMembers, RanksBecomeTheirHosts) {
+  EXPECT_EQ(stages::PushPullStage::HostMembers("shape=4;members=0,2,3,6;join=fail", 2), "shape=4;members=0,1,3;join=fail");
+  EXPECT_EQ(stages::PushPullStage::HostMembers("members=1,2", 4), "members=0");
+  EXPECT_EQ(stages::PushPullStage::HostMembers("members=1,2", 1), "members=1,2");
+  EXPECT_EQ(stages::PushPullStage::HostMembers("shape=4", 2), "shape=4");
+}
+
 TEST(AverageStageTest, DividesThePartitionWhereItIs) {
   RecordingSink sink;
   stages::AverageStage stage(&sink, 4);

@@ -9,7 +9,8 @@
   of every worker's prescaled tensor; the postscale factor is applied here.
 * ``Adasum``: the servers' "adasum" key policy (:func:`_start_adasum`): each worker's whole
   (prescaled) tensor, combined in rank order by Horovod's tree of pairwise Adasum; the postscale is
-  applied here.  float16/32/64, global process set, one process per host; any world size.
+  applied here.  float16/32/64, global process set, any world size; with several processes per
+  host a host's CPU tensors combine by the same tree first (CUDA tensors there: refused).
 * Grouped calls: one handle for the group; members are keyed ``"<key>_<i>of<k>"``.
 """
 

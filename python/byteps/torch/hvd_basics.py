@@ -173,7 +173,8 @@ def join(device: int = -1) -> int:
     allreduces go on with this worker's share counted as zeros (Average still divides by
     ``size()``), and their allgathers, broadcasts, alltoalls and reducescatters fail with
     HorovodInternalError, as in Horovod.  The zeros are the servers' (``device`` only says where
-    Horovod would allocate them; any int is accepted).  Global set only; one process per host."""
+    Horovod would allocate them; any int is accepted).  Global set only.  With several processes
+    per host each joins alike; the host's local root runs the others' operations once it joined."""
     if not _basics.is_initialized():
         raise C.internal_error(_NOT_INIT)
     if isinstance(device, bool) or not isinstance(device, int):

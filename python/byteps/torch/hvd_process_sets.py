@@ -97,7 +97,7 @@ def check_process_set(process_set, what: str, op: Optional[int] = None, members_
     """The set an op runs on (the global set for None): a registered set this worker belongs to.
     Unregistered or removed set, or a call from a non-member → ValueError (``members_only=False``:
     non-members pass, for DistributedOptimizer, which is a plain local optimizer on them); not a
-    ProcessSet → ValueError; another set with several processes per host → NotImplementedError.
+    ProcessSet → ValueError.
     With ``op`` (a resolved reduce op): Adasum's own rules first (:func:`hvd_common.check_adasum`)."""
     if op == C.Adasum:
         C.check_adasum(process_set, what)
@@ -111,15 +111,7 @@ def check_process_set(process_set, what: str, op: Optional[int] = None, members_
     if members_only and not process_set.included():
         raise ValueError(f"{what}: rank {_basics.rank()} is not a member of process set "
                          f"{process_set.process_set_id} {process_set.ranks}; only its members call its ops")
-    _check_local_size(what)
     return process_set
-
-
-def _check_local_size(what: str) -> None:
-    if _basics.local_size() > 1:
-        raise NotImplementedError(f"{what}: process sets need one worker process per host in byteps so far "
-                                  f"(BYTEPS_LOCAL_SIZE={_basics.local_size()}): a host's processes reduce locally "
-                                  f"before the servers, and that local reduce does not yet run among members only")
 
 
 def register_process_sets(sets, dynamic: bool) -> None:
@@ -159,7 +151,6 @@ def _register(ps, what: str) -> None:
                              f"{other.process_set_id})")
     if ps.ranks == list(range(size)):
         raise ValueError(f"{what}: ranks {ps.ranks} are the global process set")
-    _check_local_size(what)
     with C._lock:
         set_id = next(_set_ids)
     # One global sum every worker makes, whose attributes carry the set: workers that disagree on

@@ -71,6 +71,7 @@ StatusOr<std::unique_ptr<LocalReducer>> LocalReducer::Start(const LocalOptions& 
   h.opcode = Opcode::kHello;
   h.sender = static_cast<uint32_t>(options.local_rank);
   h.arg = static_cast<uint32_t>(getpid());
+  h.round = static_cast<uint32_t>(options.global_rank);  // process sets name their members by it
   BYTEPS_RETURN_IF_ERROR(r->root_->SendCopy(h, ""));
   std::unique_lock<std::mutex> lock(r->mu_);
   if (!r->cv_.wait_for(lock, std::chrono::duration<double>(timeout),
@@ -103,6 +104,16 @@ void LocalReducer::Leave() {
   h.opcode = Opcode::kFinish;
   h.sender = static_cast<uint32_t>(options_.local_rank);
   (void)root->SendCopy(h, "");
+}
+
+bool LocalReducer::AwaitPeersLeft(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    if (!failure_.ok()) return true;
+    for (const auto& [rank, peer] : peers_)
+      if (!peer.left) return false;
+    return true;
+  });
 }
 
 void LocalReducer::FailAll(const Status& st) {
@@ -158,6 +169,7 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
         Peer& p = peers_[rank];
         p.conn = c.shared_from_this();
         p.pid = static_cast<int>(h.arg);
+        p.global_rank = static_cast<int>(h.round);
         c.tag = rank;
         c.set_peer_name(fmt::format("local rank {} (pid {})", RankOf(rank), p.pid));
         Header reply;
@@ -232,6 +244,7 @@ void LocalReducer::OnFrame(transport::Connection& c, const Header& h, transport:
       std::lock_guard<std::mutex> lock(mu_);
       auto pit = peers_.find(static_cast<int>(c.tag));
       if (pit != peers_.end()) pit->second.left = true;
+      cv_.notify_all();  // AwaitPeersLeft
       return;
     }
     default:

@@ -47,6 +47,7 @@ struct LocalOptions {
   std::vector<int> members;  // the members' BYTEPS_LOCAL_RANKs by place (messages); empty: 0..local_size-1
   std::string job;       // job-unique token (derived from BYTEPS_JOB_SECRET or the scheduler address)
   int host_id = 0;       // DMLC_WORKER_ID: which worker host
+  int global_rank = 0;   // this process's rank in the job (a process set's "members" name ranks)
   double start_timeout_s = 60;
   transport::TransportOptions transport;  // secret and checksum; threads/buffers are set here
   // A job without servers: the root plans every local process's names with this (one planner for
@@ -101,14 +102,20 @@ class LocalReducer : public transport::Handler {
   // as zeros: `joined_share` then); then `ready` runs.
   using GatherDone = std::function<void(const Status&, bool joined_share)>;
   Status Gather(const Part& part, const void* input, void* output, GatherDone ready);
+  // Root: a tensor round the root will not enter itself goes to `stand_in` once (on the calling or
+  // the I/O thread, outside the lock): the engine then runs that operation on the root's behalf,
+  // its own share left out (outside the round's process set) or zeros (joined). Set once, before
+  // any non-root's round can need it.
+  using StandIn = std::function<void(const Part&)>;
+  void SetStandIn(StandIn stand_in);
+  // Process sets (attribute "members" of global ranks): a round waits for, and its result goes to,
+  // the members only.
   // join() with several processes per host (root side). A non-root's join round (Part::join) marks
   // it joined: later rounds complete without it, its share zeros, and its round numbers map past
   // the rounds it sat out. Once the root itself joined (RootJoins, after its own operations
-  // finished), each tensor round a non-root contributes that the root has not entered goes to
-  // `stand_in` once (on the calling or the I/O thread, outside the lock): the engine runs that
-  // operation on the root's behalf with zeros. The marks clear when the join round completes.
-  using StandIn = std::function<void(const Part&)>;
-  void RootJoins(StandIn stand_in);
+  // finished), it stands in for every round a non-root starts. The marks clear when the join
+  // round completes.
+  void RootJoins();
   // Root: hands the round's result to every non-root.
   Status Publish(const Part& part, const void* result);
   // Root: tells every non-root in the round that it failed (code in the header's arg, message as
@@ -134,6 +141,8 @@ class LocalReducer : public transport::Handler {
   Status failure() const;
   // Tells the root this process leaves cleanly (non-root), so its disconnect is not a failure.
   void Leave();
+  // Root: waits up to timeout_s until every non-root left (or the circle failed); false on timeout.
+  bool AwaitPeersLeft(double timeout_s);
   // Stops the local socket: no callback (listener, round) runs after this returns. The object
   // stays usable for the calls of those that still hold it (they fail).
   void Close();
@@ -158,6 +167,7 @@ class LocalReducer : public transport::Handler {
   struct Peer {
     std::shared_ptr<transport::Connection> conn;
     int pid = 0;
+    int global_rank = 0;
     bool left = false;
     std::map<uint32_t, std::unique_ptr<ShmSegment>> slots;  // by declared key (root side)
   };
@@ -197,8 +207,12 @@ class LocalReducer : public transport::Handler {
   bool SendsToLocked(const Part& part, int rank) const;
   // After a non-root joined: the work of every round that now completes.
   std::vector<std::function<void()>> ReduceAllLocked();
-  // The stand-in to start for a non-root's round the root has not entered, if any.
+  // The stand-in to start for a non-root's round the root will not enter (it joined, or is outside
+  // the round's process set), if any.
   std::function<void()> MaybeStandInLocked(const RoundKey& rk, const Part& part);
+  // Whether the process of this global rank belongs to the part's process set (attribute
+  // "members"; none: everyone).
+  static bool IsMember(const Part& part, int global_rank);
 
   LocalOptions options_;
   Done on_failure_;
@@ -214,8 +228,8 @@ class LocalReducer : public transport::Handler {
   std::map<uint32_t, std::unique_ptr<ShmSegment>> results_;  // by declared key
   std::set<int> joined_;    // non-roots that joined (their join round came in)
   bool root_joined_ = false;
-  StandIn stand_in_;
-  std::set<std::pair<uint32_t, uint32_t>> stood_in_;  // (declared key, round) handed to stand_in_
+  StandIn stand_in_;  // set for good on the root (Engine::StartLocal)
+  std::map<uint32_t, uint32_t> stood_in_;  // declared key -> the last round handed to stand_in_
   std::map<std::pair<uint64_t, int>, uint32_t> skipped_;  // (partition key, non-root): rounds it sat out
   // Non-root side.
   std::shared_ptr<transport::Connection> root_;

@@ -3,6 +3,7 @@
 // and the stand-ins the root runs once it joined itself.
 #include <algorithm>
 
+#include "protocol/control.h"
 #include "protocol/key_layout.h"
 #include "worker/local_reduce/local_reducer.h"
 
@@ -11,6 +12,7 @@ namespace byteps::worker::local_reduce {
 std::optional<std::vector<int>> LocalReducer::AbsentJoinedLocked(const Round& r) const {
   std::vector<int> absent;
   for (const auto& [rank, peer] : peers_) {
+    if (!IsMember(r.part, peer.global_rank)) continue;  // outside the round's set: neither waited for nor zeros
     if (std::find(r.from.begin(), r.from.end(), rank) != r.from.end()) continue;
     if (r.part.join || !joined_.count(rank)) return std::nullopt;  // a join round waits for everyone
     absent.push_back(rank);
@@ -29,8 +31,27 @@ uint32_t LocalReducer::MapRoundBackLocked(uint64_t key, int rank, uint32_t round
 }
 
 bool LocalReducer::SendsToLocked(const Part& part, int rank) const {
+  if (part.join) return true;
   // A joined non-root sat this round out (it joined only after its own rounds finished).
-  return part.join || !joined_.count(rank);
+  if (joined_.count(rank)) return false;
+  auto it = peers_.find(rank);
+  return it != peers_.end() && IsMember(part, it->second.global_rank);
+}
+
+bool LocalReducer::IsMember(const Part& part, int global_rank) {
+  if (part.attrs.find(protocol::kAttrMembers) == std::string::npos) return true;  // the common case, unparsed
+  for (const auto& [k, v] : protocol::ParseAttrs(part.attrs)) {
+    if (k != protocol::kAttrMembers) continue;
+    size_t at = 0;
+    while (at <= v.size()) {
+      size_t comma = v.find(',', at);
+      if (comma == std::string::npos) comma = v.size();
+      if (v.compare(at, comma - at, std::to_string(global_rank)) == 0) return true;
+      at = comma + 1;
+    }
+    return false;
+  }
+  return true;
 }
 
 std::vector<std::function<void()>> LocalReducer::ReduceAllLocked() {
@@ -44,20 +65,28 @@ std::vector<std::function<void()>> LocalReducer::ReduceAllLocked() {
 }
 
 std::function<void()> LocalReducer::MaybeStandInLocked(const RoundKey& rk, const Part& part) {
-  if (!root_joined_ || !stand_in_ || part.join) return nullptr;
+  if (!stand_in_ || part.join) return nullptr;
+  if (!root_joined_ && IsMember(part, options_.global_rank)) return nullptr;  // the root runs it itself
   auto it = rounds_.find(rk);
   if (it == rounds_.end() || it->second.root_in) return nullptr;
-  // One stand-in per tensor round: its partitions' rounds all come from the one operation.
-  if (!stood_in_.insert({protocol::DeclaredKeyOf(rk.first), rk.second}).second) return nullptr;
+  // One stand-in per tensor round: its partitions' rounds all come from the one operation, and a
+  // tensor's next round starts only after this one finished everywhere.
+  auto [last, added] = stood_in_.try_emplace(protocol::DeclaredKeyOf(rk.first), rk.second);
+  if (!added && last->second >= rk.second) return nullptr;
+  last->second = rk.second;
   return [hook = stand_in_, part] { hook(part); };
 }
 
-void LocalReducer::RootJoins(StandIn stand_in) {
+void LocalReducer::SetStandIn(StandIn stand_in) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stand_in_ = std::move(stand_in);
+}
+
+void LocalReducer::RootJoins() {
   std::vector<std::function<void()>> works;
   {
     std::lock_guard<std::mutex> lock(mu_);
     root_joined_ = true;
-    stand_in_ = std::move(stand_in);
     // Rounds the non-roots began before the root joined, which the root will never run itself.
     for (const auto& [rk, r] : rounds_) {
       if (auto w = MaybeStandInLocked(rk, r.part)) works.push_back(std::move(w));

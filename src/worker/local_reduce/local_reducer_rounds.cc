@@ -145,13 +145,13 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
   Round round = std::move(it->second);
   rounds_.erase(it);
   for (int rank : *absent) skipped_[{rk.first, rank}]++;  // its later rounds of the key map past this one
+  // Outside the round's process set the root's own share does not count (its stand-in's zeros).
+  const bool root_counts = IsMember(round.part, options_.global_rank);
   // A joined process's zeros are in it: a joined non-root's, or the root's own in a stand-in.
-  const bool joined_share = !round.part.join && (!absent->empty() || root_joined_);
+  const bool joined_share = !round.part.join && (!absent->empty() || (root_joined_ && root_counts));
   if (round.part.join) {  // every local process joined: nobody is joined any more
     joined_.clear();
     root_joined_ = false;
-    stand_in_ = nullptr;
-    stood_in_.clear();
   }
   if (!round.error.ok()) return [round] { round.done(round.error, false); };
   if (round.part.on_device) {
@@ -169,6 +169,7 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
   std::vector<const uint8_t*> slots;  // in local-rank order
   const uint8_t* last = nullptr;      // a join round's last contribution, when a non-root's
   for (auto& [rank, peer] : peers_) {
+    if (!round.part.join && !IsMember(round.part, peer.global_rank)) continue;  // outside the set
     if (std::find(absent->begin(), absent->end(), rank) != absent->end()) {
       slots.push_back(nullptr);
       continue;
@@ -182,7 +183,7 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
     slots.push_back(s->second->data() + round.part.offset);
     if (!round.root_last && !round.from.empty() && round.from.back() == rank) last = slots.back();
   }
-  return [round, slots, last, joined_share] {
+  return [round, slots, last, joined_share, root_counts] {
     const Part& p = round.part;
     const size_t count = p.bytes / DataTypeSize(p.dtype);
     if (p.join) {
@@ -200,9 +201,18 @@ std::function<void()> LocalReducer::MaybeReduceLocked(const RoundKey& rk) {
       AdasumTree(parts, count, p.dtype);
       if (p.bytes > 0) std::memcpy(round.output, parts[0], p.bytes);
     } else {
-      if (p.bytes > 0 && round.output != round.input) std::memmove(round.output, round.input, p.bytes);
-      for (const uint8_t* s : slots)
-        if (s) ReduceInto(round.output, s, count, p.dtype, p.kind);
+      bool first = root_counts;  // the output holds a share already
+      if (root_counts && p.bytes > 0 && round.output != round.input) std::memmove(round.output, round.input, p.bytes);
+      for (const uint8_t* s : slots) {
+        if (s == nullptr) continue;
+        if (first) {
+          ReduceInto(round.output, s, count, p.dtype, p.kind);
+        } else if (p.bytes > 0) {
+          std::memcpy(round.output, s, p.bytes);
+        }
+        first = true;
+      }
+      if (!first && p.bytes > 0) std::memset(round.output, 0, p.bytes);  // nobody's share: joined members' zeros
       // min, max, product: joined processes' zeros count once (each is idempotent with itself).
       if (joined_share && p.kind != ReduceKind::kSum) {
         std::vector<uint8_t> zeros(p.bytes);

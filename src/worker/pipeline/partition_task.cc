@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "protocol/control.h"
+
 namespace byteps::worker::pipeline {
 
 std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const planning::TensorPlan& plan,
@@ -11,6 +13,7 @@ std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const pla
   op->plan = &plan;
   op->pipeline = pipeline;
   op->parts.resize(plan.partitions.size());
+  op->sliced_replies = request.attrs.find(protocol::kAttrScatter) != std::string::npos;
   for (size_t i = 0; i < op->parts.size(); ++i) {
     const planning::PartitionPlan& pp = plan.partitions[i];
     PartitionTask& t = op->parts[i];

@@ -56,6 +56,8 @@ struct Operation {
   const planning::TensorPlan* plan = nullptr;
   const Pipeline* pipeline = nullptr;
   std::vector<PartitionTask> parts;
+  // A reducescatter (attribute "scatter"): each reply is this worker's slice of the partition.
+  bool sliced_replies = false;
   // A device tensor: the event recorded on the framework's stream when the call was made (the
   // copy-in stage's; destroyed with the operation).
   std::shared_ptr<void> ready_event;

@@ -1,6 +1,7 @@
 #include "worker/stages/push_pull_stage.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -14,8 +15,36 @@ namespace byteps::worker::stages {
 using protocol::Header;
 using protocol::Opcode;
 
-PushPullStage::PushPullStage(pipeline::StageSink* sink, server_links::DataPlane* plane, int host_rank, int size)
-    : pipeline::Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size) {}
+PushPullStage::PushPullStage(pipeline::StageSink* sink, server_links::DataPlane* plane, int host_rank, int size,
+                             int local_size)
+    : pipeline::Stage("push-pull", sink), plane_(plane), host_rank_(host_rank), size_(size), local_size_(local_size) {}
+
+std::string PushPullStage::HostMembers(const std::string& attrs, int local_size) {
+  if (local_size <= 1 || attrs.find(protocol::kAttrMembers) == std::string::npos) return attrs;
+  std::string out;
+  for (const auto& [k, v] : protocol::ParseAttrs(attrs)) {
+    std::string value = v;
+    if (k == protocol::kAttrMembers) {
+      std::vector<int> hosts;  // the ranks ascend, so their hosts do
+      size_t at = 0;
+      while (at < v.size()) {
+        size_t comma = v.find(',', at);
+        if (comma == std::string::npos) comma = v.size();
+        int rank = 0;
+        try {
+          rank = std::stoi(v.substr(at, comma - at));
+        } catch (const std::exception&) {
+          return attrs;  // malformed: the servers refuse it, naming it
+        }
+        if (hosts.empty() || hosts.back() != rank / local_size) hosts.push_back(rank / local_size);
+        at = comma + 1;
+      }
+      value = fmt::format("{}", fmt::join(hosts, ","));
+    }
+    out += fmt::format("{}{}{}{}", out.empty() ? "" : ";", k, value.empty() ? "" : "=", value);
+  }
+  return out;
+}
 
 server_links::OutFrame PushPullStage::InitKeyFrame(const planning::TensorPlan& plan, const planning::PartitionPlan& p,
                                                    ReduceOp op, const std::string& attrs) const {
@@ -25,7 +54,7 @@ server_links::OutFrame PushPullStage::InitKeyFrame(const planning::TensorPlan& p
   ki.dtype = static_cast<int>(plan.dtype);
   ki.tensor_bytes = plan.bytes;
   ki.op = KeyOpOf(op);
-  ki.attrs = attrs;
+  ki.attrs = HostMembers(attrs, local_size_);
   ki.offset = p.range.offset;
   server_links::OutFrame f;
   f.header.opcode = Opcode::kInitKey;
@@ -132,7 +161,7 @@ StatusOr<transport::RecvBuffer> PushPullStage::OnReplyHeader(transport::Connecti
   }
   const pipeline::PartitionTask& t = *it->second.task;
   // A reducescatter's reply is this worker's slice of the partition, at offset `arg`.
-  const bool slice = t.op->request.attrs.find(protocol::kAttrScatter) != std::string::npos;
+  const bool slice = t.op->sliced_replies;
   const bool fits = slice ? h.arg <= t.len && h.payload_len <= t.len - h.arg : h.arg == 0 && h.payload_len == t.len;
   if (!fits || t.key != h.key) {
     return ProtocolError(fmt::format("{} answered request {} (key {}, {} bytes) with key {} and {} bytes at offset {}",

@@ -28,8 +28,12 @@ namespace byteps::worker::stages {
 class PushPullStage : public pipeline::Stage, public server_links::DataClient {
  public:
   // host_rank: this host's worker rank (the sender of every frame); size: the job's worker
-  // processes (the divisor of `average`).
-  PushPullStage(pipeline::StageSink* sink, server_links::DataPlane* plane, int host_rank, int size);
+  // processes (the divisor of `average`); local_size: processes per host (a process set's
+  // members, global ranks, become the hosts they run on: the servers count hosts).
+  PushPullStage(pipeline::StageSink* sink, server_links::DataPlane* plane, int host_rank, int size,
+                int local_size = 1);
+  // `attrs` with attribute "members" (global ranks) as the hosts of those ranks, rank / local_size.
+  static std::string HostMembers(const std::string& attrs, int local_size);
 
   size_t CreditFor(const pipeline::PartitionTask& task) const override { return task.len; }
   void Start(pipeline::PartitionTask* task) override;
@@ -66,6 +70,7 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
   server_links::DataPlane* plane_;
   const int host_rank_;
   const int size_;
+  const int local_size_;
 
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, InFlight> in_flight_;            // by task id (= request id)

@@ -9,7 +9,48 @@
 
 namespace byteps::protocol {
 
-NamePlanner::NamePlanner(int num_servers) : num_servers_(std::max(1, num_servers)) {}
+NamePlanner::NamePlanner(int num_servers, std::vector<double> shares)
+    : num_servers_(std::max(1, num_servers)), shares_(std::move(shares)) {
+  if (static_cast<int>(shares_.size()) != num_servers_ ||
+      std::none_of(shares_.begin(), shares_.end(), [](double s) { return s > 0; })) {
+    shares_.assign(num_servers_, 1.0);  // equal: byte-balanced
+  }
+}
+
+int NamePlanner::LeastLoaded(const std::vector<uint64_t>& loads, uint64_t length) const {
+  // Tijdeman's chairman assignment (1980), in bytes: among the servers at least a margin below
+  // their quota of the bytes placed so far (this partition included), the one whose quota would
+  // run furthest ahead of it soonest (the earliest deadline). Each server then stays within one
+  // partition of its share; with equal shares this is the least loaded by bytes. Ties: lowest
+  // rank. A server with no share takes nothing.
+  double placed = static_cast<double>(length), total_share = 0;
+  int positive = 0;
+  for (int s = 0; s < num_servers_; ++s) {
+    placed += static_cast<double>(loads[s]);
+    total_share += shares_[s];
+    if (shares_[s] > 0) ++positive;
+  }
+  const double len = static_cast<double>(length);
+  const double margin = positive > 1 ? len / (2.0 * positive - 2) : 0;
+  int best = -1, fallback = -1;
+  double best_deadline = 0, best_deficit = 0;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (!(shares_[s] > 0)) continue;
+    const double share = shares_[s] / total_share;
+    const double deficit = share * placed - static_cast<double>(loads[s]);
+    if (fallback < 0 || deficit > best_deficit) {
+      fallback = s;
+      best_deficit = deficit;
+    }
+    if (deficit < margin) continue;
+    const double deadline = (static_cast<double>(loads[s]) + len - margin) / share;
+    if (best < 0 || deadline < best_deadline) {
+      best = s;
+      best_deadline = deadline;
+    }
+  }
+  return best >= 0 ? best : fallback;  // none eligible (unequal partition sizes): the largest deficit
+}
 
 StatusOr<NamePlan> NamePlanner::Plan(const NameRequest& r) {
   if (r.generation >= kMaxGenerations) {
@@ -100,8 +141,8 @@ StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, s
     if (r.spread) {
       pp.server = static_cast<int>(i);  // every server gets its own partition; the loads stay
     } else if (loads != nullptr) {
-      pp.server = static_cast<int>(std::min_element(loads->begin(), loads->end()) - loads->begin());
       // Count at least one byte so that empty partitions still rotate over servers.
+      pp.server = LeastLoaded(*loads, std::max<uint64_t>(pp.length, 1));
       (*loads)[pp.server] += std::max<uint64_t>(pp.length, 1);
     } else {
       pp.server = static_cast<int>((start + i) % num_servers_);

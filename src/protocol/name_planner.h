@@ -10,8 +10,9 @@
 //  - a sized request plans the partitions: split at the request's partition size (a `whole`
 //    request, an Adasum tensor, is never split: one partition of the whole tensor; a `spread`
 //    request, the join key, is one partition per server, partition i on server i), each partition
-//    on the least-loaded server by bytes so far in its generation (ties: lowest rank), in the order
-//    the requests arrive. The first plan of a (name, incarnation, generation) is everyone's: later
+//    on the least-loaded server by bytes so far in its generation relative to the server's share
+//    (equal shares unless given: mixed_split.h's for a mixed placement; ties: lowest rank), in the
+//    order the requests arrive. The first plan of a (name, incarnation, generation) is everyone's: later
 //    requests get it back whatever partition size they carry.
 //  - a request whose size or dtype differs from that first plan (the workers disagree) gets a plan
 //    of its own size under the same keys, placed without touching the loads (PlaceKey): the servers
@@ -35,7 +36,9 @@ namespace byteps::protocol {
 
 class NamePlanner {
  public:
-  explicit NamePlanner(int num_servers);
+  // `shares`: each server's share of the bytes (any scale; a server with 0 takes none); empty, or
+  // not one per server, or none positive: equal.
+  explicit NamePlanner(int num_servers, std::vector<double> shares = {});
 
   // The plan of r's (name, incarnation, generation); the same answer for every request of it
   // (see above). Errors (InvalidArgument, naming the tensor): too many tensors, a generation past
@@ -47,8 +50,11 @@ class NamePlanner {
  private:
   using NameInc = std::pair<std::string, uint32_t>;
   StatusOr<NamePlan> MakePlan(const NameRequest& r, uint32_t index, std::vector<uint64_t>* loads) const;
+  // The server for a partition of `length` bytes given the loads so far (see above).
+  int LeastLoaded(const std::vector<uint64_t>& loads, uint64_t length) const;
 
   int num_servers_;
+  std::vector<double> shares_;  // per server
   std::map<NameInc, uint32_t> indices_;
   std::map<std::tuple<std::string, uint32_t, uint32_t>, NamePlan> plans_;  // sized plans
   std::unordered_map<uint32_t, std::vector<uint64_t>> loads_;  // by generation: bytes per server

@@ -1,5 +1,6 @@
 #include "worker/stand_ins.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -78,9 +79,11 @@ void StandInRunner::Stop(double wait_s) {
   cv_.notify_all();
   thread_.join();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait_s);
-  while (!Reap(&left_) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (const auto& run : left_) {  // blocks on each handle in turn, within the one deadline
+    const double left_s = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    (void)calls_.wait(run->h, std::max(0.0, left_s));
   }
+  Reap(&left_);
   if (!left_.empty()) {
     // Their buffers may still be read or written by the pipeline: kept until the process ends.
     BYTEPS_LOG(Warning, "{} stand-in operation(s) of the local root still running at shutdown", left_.size());

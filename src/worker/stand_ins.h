@@ -28,6 +28,7 @@ class StandInRunner {
   struct Calls {
     std::function<StatusOr<HandleId>(const TensorRequest&)> enqueue;  // Engine::Enqueue
     std::function<StatusOr<bool>(HandleId)> poll;                      // Engine::Poll
+    std::function<Status(HandleId, double)> wait;                      // Engine::Wait (seconds)
     std::function<void(HandleId)> release;                             // Engine::Release
     std::function<void(const Part&, const Status&)> fail;              // the asking processes learn why
   };

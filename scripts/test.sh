@@ -29,7 +29,8 @@ if [ "${BYTEPS_SKIP_SANITIZERS:-0}" != 1 ]; then
   # translation unit, which parses the shared headers once). A "redefinition of ...{anonymous}..."
   # error seen only here means two files of one target share a name in their anonymous namespaces:
   # rename one, or give it SKIP_UNITY_BUILD_INCLUSION in its CMakeLists.txt (as some files have).
-  # Check locally: BUILD_DIR=build-unity bash scripts/build.sh -DCMAKE_UNITY_BUILD=ON
+  # Check locally with the ASan build below, or any build given -DCMAKE_UNITY_BUILD=ON (a normal
+  # one builds too, into python/byteps as usual).
   echo "== ASan + UBSan =="
   # Only the programs ctest runs (byteps_test_programs: not byteps-core, libbyteps.so, the C API),
   # at -O0: -O1 made this build the longest stage of CI (UBSan's checks are what the optimizer

@@ -107,10 +107,11 @@ def _make_wrappers(directory: Path) -> tuple[Path, Path]:
 
 
 def run_bpsrun(work: Path, n: int, s: int, script_text: str, env: dict[str, str], timeout: float = 60,
-               force_distributed: bool = False, args: tuple[str, ...] = (), grace: float = 2) -> JobResult:
+               force_distributed: bool = False, args: tuple[str, ...] = (), grace: float = 2,
+               bpsrun_args: tuple[str, ...] = ()) -> JobResult:
     """Writes ``script_text`` to ``work`` (a new, empty folder) and runs ``bpsrun -n N -s S
-    --timeout T --grace G -- python script ARGS`` with ``env``; bpsrun itself gets ``timeout``
-    + 30 s before it is killed (``JobResult.hung``)."""
+    --timeout T --grace G BPSRUN_ARGS -- python script ARGS`` with ``env``; bpsrun itself gets
+    ``timeout`` + 30 s before it is killed (``JobResult.hung``)."""
     script = write_script(work, script_text)
     record, core = _make_wrappers(work)
     full_env = {**env, "BYTEPS_CORE_BINARY": str(core), "BPS_TEST_PID_DIR": str(work / "pids")}
@@ -118,7 +119,7 @@ def run_bpsrun(work: Path, n: int, s: int, script_text: str, env: dict[str, str]
             "--grace", str(grace)]
     if force_distributed:
         argv.append("--force-distributed")
-    argv += ["--", str(record), sys.executable, str(script), *args]
+    argv += [*bpsrun_args, "--", str(record), sys.executable, str(script), *args]
     start = time.monotonic()
     proc = subprocess.Popen(argv, env=full_env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)

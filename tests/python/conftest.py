@@ -106,7 +106,8 @@ def standalone(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def run_job(tmp_path: Path, require_core: None):
-    """``run_job(n, s, script_text, env=None, timeout=60, force_distributed=False, args=())``.
+    """``run_job(n, s, script_text, env=None, timeout=60, force_distributed=False, args=(),
+    bpsrun_args=())``.
 
     Runs ``script_text`` as the workers of a bpsrun job (:func:`tools.localjob.run_bpsrun`) with
     :func:`job_env` plus ``env``; returns its :class:`JobResult`.  Fails the test when bpsrun
@@ -115,11 +116,13 @@ def run_job(tmp_path: Path, require_core: None):
     counter = [0]
 
     def run(n: int, s: int, script_text: str, env: Optional[dict[str, str]] = None, timeout: float = 60,
-            force_distributed: bool = False, args: tuple[str, ...] = ()) -> JobResult:
+            force_distributed: bool = False, args: tuple[str, ...] = (),
+            bpsrun_args: tuple[str, ...] = ()) -> JobResult:
         counter[0] += 1
         work = tmp_path / f"job{counter[0]}"
         work.mkdir()
-        result = run_bpsrun(work, n, s, script_text, job_env(env), timeout, force_distributed, args)
+        result = run_bpsrun(work, n, s, script_text, job_env(env), timeout, force_distributed, args,
+                            bpsrun_args=bpsrun_args)
         if result.hung:
             pytest.fail(f"bpsrun itself did not stop within {timeout + 30}s\n{result!r}")
         return result

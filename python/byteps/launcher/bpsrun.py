@@ -3,6 +3,7 @@
 Usage::
 
     bpsrun [-n N] [-s K] [options] -- COMMAND [ARGS...]
+    bpsrun -n N --cpu-servers K [options] -- COMMAND [ARGS...]      # mixed placement
     python3 -m byteps.launcher.bpsrun [options] -- COMMAND [ARGS...]
 
 Starts one scheduler (``byteps-core scheduler``), K servers (``byteps-core server``) and N
@@ -10,6 +11,17 @@ copies of COMMAND as workers, each in its own process group, with the ps-lite en
 (``DMLC_*``) filled in.  A single-worker job (N == 1) needs no scheduler or servers, so none are
 started unless ``--force-distributed`` (or ``BYTEPS_FORCE_DISTRIBUTED=1``) asks for them, as
 in the original ``bpslaunch``.
+
+Mixed placement (``--cpu-servers K``): the job emulates N worker machines, each running one
+worker and its colocated server, plus K CPU machines running one server each (N + K servers;
+``-s`` may be left out, or must say N + K).  Each emulated machine gets a loopback address of
+its own, given to its processes as ``DMLC_NODE_HOST`` (the address a node registers and
+listens on): worker machine i is 127.0.1.(i+1), CPU machine j is 127.0.2.(j+1); the scheduler
+stays on ``--host`` (which must then be a 127.x address).  The scheduler tells colocated servers
+from CPU ones by these addresses, so the job gets the unified architecture's split of the bytes
+(``BYTEPS_ENABLE_MIXED_MODE=0`` keeps equal shares).  Servers 0..N-1 are the colocated ones,
+N..N+K-1 the CPU ones.  ``--cpu-servers 0`` is N colocated servers on N emulated machines.
+Without ``--cpu-servers`` every process gets ``--host``, as before.
 
 Every output line of a child is copied to bpsrun's stdout/stderr prefixed with its role and
 rank (``[scheduler] ``, ``[server:1] ``, ``[worker:0] ``).
@@ -39,6 +51,8 @@ from .ports import free_port
 from .supervision import (EXIT_CANNOT_START, EXIT_FAILURE, Child, Console, LaunchError, Waker, spawn,
                           stop_all, supervise)
 
+MAX_MACHINES = 254  # emulated machines of one kind: the last byte of 127.0.1.x / 127.0.2.x
+
 
 def env_pair(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
@@ -53,7 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a BytePS job (scheduler, servers, workers) on this machine.",
         usage="%(prog)s [options] -- COMMAND [ARGS...]")
     p.add_argument("-n", "--num-workers", type=int, default=1, metavar="N")
-    p.add_argument("-s", "--num-servers", type=int, default=1, metavar="K")
+    p.add_argument("-s", "--num-servers", type=int, default=None, metavar="K",
+                   help="servers (default 1; with --cpu-servers: N + K)")
+    p.add_argument("--cpu-servers", type=int, default=None, metavar="K",
+                   help="mixed placement: a colocated server per worker machine plus K servers "
+                        "on machines of their own, each emulated machine on its own loopback "
+                        "address")
     p.add_argument("--scheduler-port", type=int, metavar="P",
                    help="default: a free TCP port on --host")
     p.add_argument("--host", default="127.0.0.1", help="scheduler and node address")
@@ -84,6 +103,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         opts = parser.parse_args(args)
     if not opts.command:
         parser.error("missing the worker command (bpsrun [options] -- COMMAND [ARGS...])")
+    if opts.cpu_servers is not None:
+        check_mixed(parser, opts)
+    elif opts.num_servers is None:
+        opts.num_servers = 1
     if opts.num_workers < 1 or opts.num_servers < 1:
         parser.error("--num-workers and --num-servers must be at least 1")
     if opts.scheduler_port is not None and not 0 < opts.scheduler_port < 65536:
@@ -91,6 +114,39 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if opts.grace < 0 or (opts.timeout is not None and opts.timeout <= 0):
         parser.error("--grace must be >= 0 and --timeout > 0")
     return opts
+
+
+def check_mixed(parser: argparse.ArgumentParser, opts: argparse.Namespace) -> None:
+    """Validates ``--cpu-servers`` against the other flags and fills in ``num_servers``."""
+    n, k = opts.num_workers, opts.cpu_servers
+    if k < 0 or k > MAX_MACHINES:
+        parser.error(f"--cpu-servers must be in 0..{MAX_MACHINES}, got {k}")
+    if not 1 <= n <= MAX_MACHINES:
+        parser.error(f"--cpu-servers emulates at most {MAX_MACHINES} worker machines; "
+                     f"-n/--num-workers is {n}")
+    if opts.num_servers is not None and opts.num_servers != n + k:
+        parser.error(f"-s/--num-servers {opts.num_servers} contradicts -n {n} --cpu-servers {k}, "
+                     f"which start {n} colocated + {k} CPU = {n + k} servers; leave -s out "
+                     f"(or drop --cpu-servers for servers that all share --host)")
+    if not opts.host.startswith("127."):
+        parser.error(f"--cpu-servers puts every emulated machine on a loopback address "
+                     f"(127.0.1.x, 127.0.2.x), so --host must be a 127.x address too, "
+                     f"not {opts.host}")
+    forced = {**os.environ, **dict(opts.env)}.get("BYTEPS_FORCE_DISTRIBUTED") == "1"
+    if n == 1 and not (opts.force_distributed or forced):
+        parser.error("--cpu-servers with -n 1 starts no servers (a single-worker job needs "
+                     "none); add --force-distributed")
+    opts.num_servers = n + k
+
+
+def worker_machine_host(i: int) -> str:
+    """The loopback address of emulated worker machine *i* (0-based) in a mixed placement."""
+    return f"127.0.1.{i + 1}"
+
+
+def cpu_machine_host(j: int) -> str:
+    """The loopback address of emulated CPU machine *j* (0-based) in a mixed placement."""
+    return f"127.0.2.{j + 1}"
 
 
 def job_env(opts: argparse.Namespace, port: int) -> dict[str, str]:
@@ -110,15 +166,24 @@ def job_env(opts: argparse.Namespace, port: int) -> dict[str, str]:
 
 def plan(opts: argparse.Namespace, core: Optional[str]) -> list[tuple[str, str, list[str], dict]]:
     """(label, role, argv, role variables) for every process, in start order."""
+    mixed = opts.cpu_servers is not None
+    n = opts.num_workers
+
+    def server_host(i: int) -> dict:
+        if not mixed:
+            return {}
+        return {"DMLC_NODE_HOST": worker_machine_host(i) if i < n else cpu_machine_host(i - n)}
+
     procs: list[tuple[str, str, list[str], dict]] = []
     if core is not None:
         procs.append(("scheduler", "scheduler", [core, "scheduler"], {"DMLC_ROLE": "scheduler"}))
-        procs += [(f"server:{i}", "server", [core, "server"], {"DMLC_ROLE": "server"})
+        procs += [(f"server:{i}", "server", [core, "server"], {"DMLC_ROLE": "server", **server_host(i)})
                   for i in range(opts.num_servers)]
     procs += [(f"worker:{i}", "worker", list(opts.command),
                {"DMLC_ROLE": "worker", "DMLC_WORKER_ID": str(i),
-                "BYTEPS_LOCAL_RANK": "0", "BYTEPS_LOCAL_SIZE": "1"})
-              for i in range(opts.num_workers)]
+                "BYTEPS_LOCAL_RANK": "0", "BYTEPS_LOCAL_SIZE": "1",
+                **({"DMLC_NODE_HOST": worker_machine_host(i)} if mixed else {})})
+              for i in range(n)]
     return procs
 
 
@@ -136,8 +201,14 @@ def run_job(opts: argparse.Namespace, children: list[Child], waker: Waker, conso
             core = corebin.find_core_binary(opts.core_binary)
         except FileNotFoundError as err:
             raise LaunchError(str(err)) from err
-        console.note(f"starting scheduler on {opts.host}:{port}, {opts.num_servers} servers, "
-                     f"{opts.num_workers} workers")
+        if opts.cpu_servers is None:
+            console.note(f"starting scheduler on {opts.host}:{port}, {opts.num_servers} servers, "
+                         f"{opts.num_workers} workers")
+        else:
+            n, k = opts.num_workers, opts.cpu_servers
+            cpu = f", {k} CPU servers on 127.0.2.1..{k}" if k else ""
+            console.note(f"starting scheduler on {opts.host}:{port}; mixed placement: {n} workers "
+                         f"with colocated servers on 127.0.1.1..{n}{cpu}")
     else:
         console.note("starting 1 worker (single-worker job: no scheduler or servers)")
     for label, role, argv, role_env in plan(opts, core):

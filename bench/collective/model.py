@@ -29,6 +29,16 @@ and receives M.  With k = n that is 2(n-1)/n M per direction, exactly the ring's
 
 so colocated PS is at ring parity, theoretical ratio 1 (and worse than the ring for k < n).
 
+Mixed (the unified architecture, BytePS OSDI'20): each of the n worker hosts runs a colocated
+server and k <= n hosts of their own run one each (n + k hosts, n + k servers); the bytes are
+split so that every link finishes together, M_cpu = 2(n-1)/(n^2+kn-2k) M per CPU server and
+M_gpu = (n-k)/(n^2+kn-2k) M per colocated server (src/protocol/mixed_split.cc), giving::
+
+    t_mixed = 2n(n-1) M / ((n^2 + kn - 2k) G)
+
+ring all-reduce's time at k = 0 and separate PS's at k = n; t_ring / t_mixed =
+(n^2 + kn - 2k) / n^2 (1.25 at n=4, k=2).
+
 Partitioning (what the byteps core really does, printed as est_s): a tensor goes out in
 ceil(M/P) equal partitions placed on the least-loaded servers, all pushed at once, and a
 partition's sum can only come back once all n workers' pushes of it arrived.  So a worker's
@@ -49,7 +59,8 @@ import re
 from typing import Iterable, Mapping, Optional, Sequence
 
 TCP_GOODPUT_FACTOR = 0.956  # the same constant as tools.testbed.netns (kept pure here)
-SEPARATE, COLOCATED = "separate", "colocated"
+SEPARATE, COLOCATED, MIXED = "separate", "colocated", "mixed"
+PLACEMENTS = (SEPARATE, COLOCATED, MIXED)
 # The byteps core's defaults (docs/config.md), used by simulate_ps.
 DEFAULT_PARTITION_BYTES = 4_096_000
 DEFAULT_CONNECTIONS_PER_PEER = 2
@@ -78,11 +89,26 @@ def ring_time(nbytes: float, n: int, goodput: float) -> float:
     return ring_factor(n) * nbytes / goodput
 
 
+def mixed_split(n: int, k: int) -> tuple[float, float]:
+    """(M_cpu / M, M_gpu / M): the optimal share of each CPU server and of each colocated server
+    with n worker hosts and k CPU hosts (0 <= k <= n, equal links)."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"mixed needs n >= 1 and 0 <= k <= n, got n={n} k={k}")
+    if n == 1:
+        return 0.0, 1.0  # nothing crosses a link: the colocated server keeps it all
+    d = n * n + k * n - 2 * k
+    return 2.0 * (n - 1) / d, (n - k) / d
+
+
 def ps_factor(n: int, k: int, placement: str = SEPARATE, bw_worker: float = 1.0,
               bw_server: float = 1.0) -> float:
     """t_PS / (M / B_w): the busiest link's load per byte of the tensor, in units of a worker
     link.  separate: max(1, n B_w / (k B_s)); colocated (B_s = B_w, k <= n):
-    max(1, (n+k-2)/k)."""
+    max(1, (n+k-2)/k); mixed (k CPU hosts besides n colocated servers, equal links):
+    2n(n-1) / (n^2 + kn - 2k)."""
+    if placement == MIXED:
+        mixed_split(n, k)  # validates n and k
+        return 0.0 if n == 1 else 2.0 * n * (n - 1) / (n * n + k * n - 2 * k)
     if n < 1 or k < 1:
         raise ValueError(f"n and k must be >= 1, got n={n} k={k}")
     if placement == SEPARATE:
@@ -93,7 +119,7 @@ def ps_factor(n: int, k: int, placement: str = SEPARATE, bw_worker: float = 1.0,
         if n == 1:
             return 0.0  # one worker with its own server: nothing crosses a link
         return max(1.0, (n + k - 2) / k)
-    raise ValueError(f"placement must be {SEPARATE!r} or {COLOCATED!r}, not {placement!r}")
+    raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
 
 
 def ps_time(nbytes: float, n: int, k: int, goodput: float, placement: str = SEPARATE,
@@ -124,15 +150,23 @@ def split_partitions(nbytes: int, partition_bytes: int, elem_size: int = 4) -> l
     return out
 
 
-def assign_servers(lengths: Sequence[int], k: int, loads: Optional[list[int]] = None) -> list[int]:
+def assign_servers(lengths: Sequence[int], k: int, loads: Optional[list[int]] = None,
+                   shares: Optional[Sequence[float]] = None) -> list[int]:
     """Server of each partition as the core's KeyAssigner does: the least-loaded server by bytes
     so far (ties: lowest rank).  *loads* (one per server) is updated in place, so the tensors of
-    a sweep, declared one after the other, see each other's placement."""
+    a sweep, declared one after the other, see each other's placement.  With *shares* (one per
+    server, the mixed split) the server whose load after taking the partition is the smallest
+    fraction of its share (servers of share 0 take nothing): an approximation of the core's
+    share-aware planner, close enough for an estimate."""
     if loads is None:
         loads = [0] * k
     servers = []
     for length in lengths:
-        s = min(range(k), key=lambda i: (loads[i], i))
+        if shares is not None:
+            s = min((i for i in range(k) if shares[i] > 0),
+                    key=lambda i: ((loads[i] + max(length, 1)) / shares[i], i))
+        else:
+            s = min(range(k), key=lambda i: (loads[i], i))
         loads[s] += max(length, 1)
         servers.append(s)
     return servers
@@ -160,6 +194,11 @@ def _max_min_rates(flows: dict, caps: dict) -> dict:
     return rates
 
 
+def server_count(n: int, k: int, placement: str) -> int:
+    """Servers of a placement: k, or n + k for mixed (k counts the CPU hosts)."""
+    return n + k if placement == MIXED else k
+
+
 def simulate_ps(nbytes: int, n: int, k: int, goodput: float, placement: str = SEPARATE,
                 partition_bytes: int = DEFAULT_PARTITION_BYTES,
                 connections: int = DEFAULT_CONNECTIONS_PER_PEER, declared_key: int = 0,
@@ -180,22 +219,26 @@ def simulate_ps(nbytes: int, n: int, k: int, goodput: float, placement: str = SE
     an estimate of what the core's partitioning allows, between the ideal and twice it.
     """
     lengths = split_partitions(nbytes, partition_bytes)
-    servers = assign_servers(lengths, k, loads)
+    shares = None
+    if placement == MIXED:
+        cpu, gpu = mixed_split(n, k)
+        shares = [gpu] * n + [cpu] * k
+    servers = assign_servers(lengths, server_count(n, k, placement), loads, shares)
     conns = [(declared_key * 31 + i) % connections for i in range(len(lengths))]
     caps: dict = {}
     if placement == SEPARATE:
         workers, mult = [0], n  # one worker stands for all; server links carry n of its flows
         def w_host(w): return ("w", w)
         def s_host(s): return ("s", s)
-    elif placement == COLOCATED:
+    elif placement in (COLOCATED, MIXED):  # mixed: servers n.. on hosts of their own
         workers, mult = list(range(n)), 1
         def w_host(w): return ("h", w)
-        def s_host(s): return ("h", s)
+        def s_host(s): return ("h", s) if s < n or placement == COLOCATED else ("c", s)
     else:
         raise ValueError(f"bad placement {placement!r}")
     for w in workers:
         caps[(w_host(w), "out")] = caps[(w_host(w), "in")] = goodput
-    for s in range(k):
+    for s in range(server_count(n, k, placement)):
         caps[(s_host(s), "out")] = caps[(s_host(s), "in")] = goodput
     # Queues: ("push", w, s, c) and ("pull", s, w, c) -> partitions in order; heads in flight.
     queues: dict = {}
@@ -234,7 +277,7 @@ def simulate_ps(nbytes: int, n: int, k: int, goodput: float, placement: str = SE
         nonlocal done_pulls
         kind, a, b, c = q
         if kind == "push":
-            pushed[j] += 1 if placement == COLOCATED else n
+            pushed[j] += n if placement == SEPARATE else 1
             if pushed[j] == n:
                 for w in workers:
                     queues.setdefault(("pull", servers[j], w, c), []).append(j)
@@ -266,7 +309,7 @@ def simulate_sweep(sizes: Sequence[int], n: int, k: int, goodput: float,
     """:func:`simulate_ps` for the sizes of one ``byteps-core bench`` sweep: tensor i is
     declared i-th (its key and the servers' loads depend on the earlier ones) when *one_job*,
     else every size in a job of its own."""
-    loads = [0] * k
+    loads = [0] * server_count(n, k, placement)
     out = []
     for i, m in enumerate(sizes):
         out.append(simulate_ps(m, n, k, goodput, placement, partition_bytes, connections,
@@ -278,7 +321,7 @@ def simulate_sweep(sizes: Sequence[int], n: int, k: int, goodput: float,
 def theory_ratio(n: int, k: int, placement: str = SEPARATE, bw_worker: float = 1.0,
                  bw_server: float = 1.0) -> float:
     """t_ring / t_PS for the same M and links: 2(n-1)/n * min(1, k B_s / (n B_w)) separate,
-    1 colocated with k = n."""
+    1 colocated with k = n, (n^2 + kn - 2k) / n^2 mixed."""
     if n == 1:
         return 1.0
     return ring_factor(n) / ps_factor(n, k, placement, bw_worker, bw_server)
@@ -366,8 +409,23 @@ def parse_k(token: str, n: int) -> tuple[int, str, str]:
     """A server-count token for n workers -> (k, placement, label).
 
     "n" -> (n, separate, "n"), "n/2" -> (max(1, n//2), separate, "n/2"), "colocated" (or
-    "coloc") -> (n, colocated, "coloc"), an integer -> (it, separate, str(it))."""
+    "coloc") -> (n, colocated, "coloc"), an integer -> (it, separate, str(it)).  Mixed (a
+    colocated server on each worker host plus K CPU hosts; k is K, 1 <= K <= n): "mixed:K" or
+    "n+K" with K an integer, "n" or "n/2" -> (K, mixed, "n+K"), e.g. "mixed:n/2" at n=4 ->
+    (2, mixed, "n+n/2")."""
     t = token.strip().lower()
+    if t.startswith(("mixed:", "n+")):
+        cpu = t.split(":", 1)[1] if t.startswith("mixed:") else t[2:]
+        if cpu in ("n", "n/2"):
+            k = n if cpu == "n" else max(1, n // 2)
+        elif cpu.isdigit():
+            k = int(cpu)
+        else:
+            raise ValueError(f"bad mixed k {token!r}: mixed:K or n+K with K a number, n or n/2")
+        if not 1 <= k <= n:
+            raise ValueError(f"mixed k {token!r} = {k} CPU hosts at n={n}: needs 1 <= k <= n "
+                             f"(k = 0 is 'colocated')")
+        return k, MIXED, f"n+{cpu}"
     if t == "n":
         return n, SEPARATE, "n"
     if t == "n/2":
@@ -376,7 +434,7 @@ def parse_k(token: str, n: int) -> tuple[int, str, str]:
         return n, COLOCATED, "coloc"
     if t.isdigit() and int(t) >= 1:
         return int(t), SEPARATE, t
-    raise ValueError(f"bad k {token!r}: n, n/2, colocated or a number >= 1")
+    raise ValueError(f"bad k {token!r}: n, n/2, colocated, a number >= 1, or mixed:K / n+K")
 
 
 def iterations(nbytes: int, budget_bytes: int = 512 << 20, lo: int = 5, hi: int = 50) -> int:

@@ -47,7 +47,9 @@ def plot(rows: Sequence[dict], path: Path) -> Path:
                 series.setdefault((r["system"], r.get("k_label") or model.MISSING), []).append(r)
         for key, pts in sorted(series.items(), key=lambda kv: list(STYLE).index(kv[0])
                                if kv[0] in STYLE else 99):
-            label, colour, marker = STYLE.get(key, (f"{key[0]} k={key[1]}", None, "x"))
+            default = (f"byteps mixed {key[1]}" if key[1].startswith("n+")
+                       else f"{key[0]} k={key[1]}", None, "x")
+            label, colour, marker = STYLE.get(key, default)
             pts.sort(key=lambda r: r["bytes"])
             ks = {r.get("k") for r in pts}
             if key[0] == "byteps" and ks:

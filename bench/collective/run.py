@@ -4,6 +4,7 @@ all_reduce vs OpenMPI MPI_Allreduce (ring) on the same emulated cluster (tools/t
     /usr/bin/python3 -m bench.collective.run                     # the full run (~17-25 min)
     /usr/bin/python3 -m bench.collective.run --quick             # n 2,4; 4M,16M; ~1 min
     /usr/bin/python3 -m bench.collective.run [--rate 1000] [--n 2,4,8] [--k n,n/2,colocated]
+    /usr/bin/python3 -m bench.collective.run --n 4 --k mixed:2,mixed:1,n/2 ...  # mixed placement
         [--sizes 1M,4M,16M,64M,256M] [--systems byteps,gloo,mpi] [--out DIR]
         [--iters N] [--warmup W] [--rate-budget 12000] [--byteps-env K=V ...]
 
@@ -19,7 +20,12 @@ Run from the repository root, as root (network namespaces).  For every n (worker
   directory with mpicc.  Once per n.
 * byteps: ``byteps-core bench`` as every worker of a job (tools.testbed.job.run_job), one per
   k in ``--k``: "n" and "n/2" servers on hosts of their own ("separate": n + k hosts; the
-  scheduler on the first server host), "colocated" (server i on worker host i: n hosts).
+  scheduler on the first server host), "colocated" (server i on worker host i: n hosts), and
+  mixed, "mixed:K" or "n+K" (K a number, n or n/2; 1 <= K <= n): server i on worker host i plus
+  K servers on hosts of their own (n + K hosts, n + K servers, the testbed's "mixed" placement;
+  the scheduler on the first CPU server host); the core splits the bytes between them as the
+  unified architecture says.  Its theory is t = 2n(n-1)M / ((n^2 + Kn - 2K) G), its k column
+  K (the CPU hosts) and its label "n+K"; results.json records each server's share.
 
 Every configuration gets a fresh testbed with just the hosts it needs, links of rate R in both
 directions.  CPU capacity (reference/machine-facts.md: keep the sum of host rates <= ~12-16
@@ -54,7 +60,8 @@ how much of the time they idled, over its busy span (the whole job, warm-up and 
 Table columns: time_s (median), algbw_GBps = M/t, %G = M/t as % of one link's TCP goodput
 G = 0.956 R/8 (for PS the per-worker link utilisation; same definition for ring), busbw%G =
 2(n-1)/n M/t/G for ring systems, %model = ideal time/t (ring model for gloo/MPI, PS model for
-byteps), vs_gloo = t_gloo/t, theory = 2(n-1)/n min(1, k B_s/(n B_w)) (1 colocated); for byteps
+byteps), vs_gloo = t_gloo/t, theory = 2(n-1)/n min(1, k B_s/(n B_w)) (1 colocated,
+(n^2 + kn - 2k)/n^2 mixed); for byteps
 also est_s = a flow-level estimate of what the core's partitioning allows on these links
 (model.simulate_ps: partition tail, server imbalance of few partitions) and %est = est_s/t.
 Small sizes can exceed 100 %: the tbf bucket (256 KiB per link, refilled between iterations)
@@ -134,6 +141,8 @@ class Config:
         if self.system == "byteps":
             if self.placement == model.COLOCATED:
                 return f"byteps n={self.n} k={self.k} colocated"
+            if self.placement == model.MIXED:
+                return f"byteps n={self.n} k={self.k} mixed ({self.k_label})"
             return f"byteps n={self.n} k={self.k} ({self.k_label})"
         return f"{self.system} n={self.n}"
 
@@ -150,7 +159,7 @@ def parse_list(text: str, conv=str) -> list:
 def hosts_for(system: str, n: int, k: Optional[int], placement: str) -> int:
     if system != "byteps":
         return n
-    return n + k if placement == model.SEPARATE else n
+    return n + k if placement in (model.SEPARATE, model.MIXED) else n
 
 
 def startup_s(system: str, n: int) -> float:
@@ -408,7 +417,11 @@ def run_byteps(tb, cfg: Config, sizes: list[int], iters: list[int], args, raw: P
         argv = [core, "bench", "--min-bytes", str(group[0]), "--max-bytes", str(group[-1]),
                 "--step-factor", str(step), "--iters", str(it), "--warmup", str(args.warmup),
                 *(["--barrier"] if args.timing == "barrier" else []), "--json", str(path)]
-        res = run_job(tb, cfg.n, cfg.k, argv, placement=cfg.placement, env=env, timeout=timeout,
+        servers = model.server_count(cfg.n, cfg.k, cfg.placement)
+        if cfg.placement == model.MIXED:
+            cpu, gpu = model.mixed_split(cfg.n, cfg.k)
+            cfg.info["server_shares"] = [gpu] * cfg.n + [cpu] * cfg.k  # server i's share of M
+        res = run_job(tb, cfg.n, servers, argv, placement=cfg.placement, env=env, timeout=timeout,
                       echo=args.verbose)
         transcript.append("".join(res.transcript))
         if not res.ok:
@@ -561,8 +574,8 @@ def markdown_report(doc: dict) -> str:
              f"`{meta.get('command', '')}`{'' if meta.get('complete') else ' (incomplete)'}.", "",
              "Per-host rate R (both directions, tbf); goodput G = 0.956 R/8.  time_s: median; "
              "%G = M/t/G; busbw%G = 2(n-1)/n M/t/G (ring); %model = ideal/t; vs_gloo = "
-             "t_gloo/t; theory = 2(n-1)/n min(1, k/n) (1 colocated); est_s = flow-level estimate "
-             "of what byteps' partitioning allows (bench/collective/model.py, simulate_ps), "
+             "t_gloo/t; theory = 2(n-1)/n min(1, k/n) (1 colocated, (n^2+kn-2k)/n^2 mixed "
+             "n+k); est_s = flow-level estimate of what byteps' partitioning allows (bench/collective/model.py, simulate_ps), "
              "%est = est_s/t.", ""]
     lines.append(model.format_markdown(rows, table_columns()))
     failed = [c for c in doc["configs"] if c["status"] == "failed"]
@@ -601,7 +614,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                     help="cap on hosts x rate of one testbed (default 12000; 0 = no cap)")
     ap.add_argument("--n", default=None, help="worker counts (default 2,4,8)")
     ap.add_argument("--k", default="n,n/2,colocated",
-                    help="byteps server placements: n, n/2, colocated or numbers (default all 3)")
+                    help="byteps server placements: n, n/2, colocated, numbers, or mixed:K / "
+                         "n+K (colocated servers plus K CPU hosts; default n,n/2,colocated)")
     ap.add_argument("--sizes", default=None, help=f"sizes, K/M/G binary (default {DEFAULT_SIZES})")
     ap.add_argument("--systems", default="byteps,gloo,mpi")
     ap.add_argument("--iters", type=int, default=None,

@@ -9,8 +9,12 @@
     python3 -m tools.testbed down --prefix P
     python3 -m tools.testbed cleanup [--all]          # stale testbeds (creator dead); --all: kept too
     python3 -m tools.testbed job --workers 2 --servers 1 --rate 1000 [--hosts N]
-        [--placement separate|colocated] [--scheduler-host I] [--timeout S] [--env K=V]
+        [--placement separate|colocated|mixed] [--scheduler-host I] [--timeout S] [--env K=V]
         -- python3 worker.py ...
+
+``job --placement mixed --workers N --servers S``: a colocated server on each of the N worker
+hosts plus S - N servers on hosts of their own (N + (S - N) hosts; the scheduler on host N, or
+host 0 when S = N).
 
 ``up`` leaves the testbed running after it returns (until ``down`` or ``cleanup --all``) and
 prints its prefix and host addresses.  ``job`` makes a testbed, runs a BytePS job on it
@@ -85,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     shape(sp, False)
     sp.add_argument("--workers", type=int, required=True, metavar="N")
     sp.add_argument("--servers", type=int, required=True, metavar="K")
-    sp.add_argument("--placement", choices=("separate", "colocated"), default="separate")
+    sp.add_argument("--placement", choices=("separate", "colocated", "mixed"), default="separate",
+                    help="mixed: a server on each worker host plus SERVERS - WORKERS on hosts "
+                         "of their own")
     sp.add_argument("--scheduler-host", type=int, metavar="I",
                     help="default: the first server host")
     sp.add_argument("--port", type=int, default=9000, help="scheduler port (default 9000)")

@@ -185,10 +185,22 @@ def placement_hosts(workers: int, servers: int, placement: str = "separate",
 
     separate: workers on hosts 0..n-1, servers on n..n+k-1, scheduler on the first server host
     unless *scheduler_host* (e.g. n+k for a host of its own).  colocated: worker i and server i
-    on host i (k <= n), scheduler on host 0 unless *scheduler_host*.
+    on host i (k <= n), scheduler on host 0 unless *scheduler_host*.  mixed (the unified
+    architecture): *servers* counts every server, n colocated plus c = servers - n >= 0 on CPU
+    hosts: worker i and server i on host i, server n+j alone on host n+j (n + c hosts); the
+    scheduler on the first CPU server host (host n), or host 0 when c = 0, unless
+    *scheduler_host*.  The core tells the two kinds apart by the hosts' addresses.
     """
     if workers < 1 or servers < 1:
         raise ValueError("a job needs at least one worker and one server")
+    if placement == "mixed":
+        if servers < workers:
+            raise ValueError(f"mixed placement needs a colocated server on each of the {workers} "
+                             f"worker hosts plus any CPU servers: servers >= workers, got "
+                             f"{servers} < {workers}")
+        worker_hosts, server_hosts = list(range(workers)), list(range(servers))
+        default = workers if servers > workers else 0
+        return worker_hosts, server_hosts, default if scheduler_host is None else scheduler_host
     if placement == "separate":
         worker_hosts = list(range(workers))
         server_hosts = list(range(workers, workers + servers))
@@ -197,7 +209,7 @@ def placement_hosts(workers: int, servers: int, placement: str = "separate",
             raise ValueError(f"colocated placement needs servers <= workers ({servers} > {workers})")
         worker_hosts, server_hosts = list(range(workers)), list(range(servers))
     else:
-        raise ValueError(f"placement must be 'separate' or 'colocated', not {placement!r}")
+        raise ValueError(f"placement must be 'separate', 'colocated' or 'mixed', not {placement!r}")
     return worker_hosts, server_hosts, server_hosts[0] if scheduler_host is None else scheduler_host
 
 

@@ -3,10 +3,14 @@ docs/benchmarks.md: images/sec of byteps (with priority scheduling), byteps with
 DDP (gloo bucketed all-reduce), n workers + n servers on separate hosts, links shaped to R.
 
     python3 -m bench.model_shaped.run_testbed [--models vgg16,resnet50] [--n 4,8] \
-        [--modes byteps,byteps-nopriority,ddp] [--rate 1000] [--iters 6] [--warmup 1] [--out DIR]
+        [--modes byteps,byteps-nopriority,ddp] [--k n] [--rate 1000] [--iters 6] [--warmup 1] [--out DIR]
 
-Each (model, n, mode) gets a fresh testbed (n worker hosts + n server hosts; the scheduler shares
-the first server host) and one job; rank 0's RESULT line is collected. Results are appended to
+Each (model, n, k, mode) gets a fresh testbed and one job; rank 0's RESULT line is collected.
+``--k`` takes bench.collective.run's server placement tokens (comma-separated; byteps modes
+only, DDP runs once per n): "n" (default: n server hosts of their own, the scheduler sharing the
+first), "n/2" or a number (that many server hosts), "colocated" (a server on each worker host),
+"mixed:K" / "n+K" (a server on each worker host plus K server hosts of their own; K a number,
+n or n/2). Results are appended to
 DIR/model_shaped.json as they come, so an interrupted run keeps what it measured.
 byteps modes run with tuned settings for 1 Gbit/s-class links (docs/benchmarks.md, "Partition
 size, connections and credit"): BYTEPS_PARTITION_BYTES=262144, BYTEPS_CONNECTIONS_PER_PEER=1 and
@@ -21,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.collective.model import SEPARATE, parse_k, server_count
 from tools.testbed.job import hosts_needed, run_job
 from tools.testbed.netns import Testbed
 
@@ -29,7 +34,13 @@ ORIGINAL = {"vgg16": 2.00, "resnet50": 1.44}  # BytePS paper: speedup over Horov
 TUNED = {"BYTEPS_PARTITION_BYTES": "262144", "BYTEPS_CONNECTIONS_PER_PEER": "1"}
 
 
-def run_one(model: str, n: int, mode: str, args: argparse.Namespace) -> dict:
+def placement_of(token: str, n: int) -> tuple[int, str, str]:
+    """(servers, testbed placement, label) of a --k token for n workers."""
+    k, placement, label = parse_k(token, n)
+    return server_count(n, k, placement), placement, label
+
+
+def run_one(model: str, n: int, mode: str, args: argparse.Namespace, k_token: str = "n") -> dict:
     argv = [sys.executable, "-m", "bench.model_shaped.workload", "--model", model, "--mode", mode,
             "--iters", str(args.iters), "--warmup", str(args.warmup), "--link-gbit", str(args.rate / 1000)]
     if mode.startswith("byteps") and not args.defaults:
@@ -38,8 +49,10 @@ def run_one(model: str, n: int, mode: str, args: argparse.Namespace) -> dict:
         argv += ["--time-scale", str(args.time_scale), "--shrink", str(args.shrink)]
     env = {**({} if args.no_tuned or args.defaults else TUNED), "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600"}
-    with Testbed(hosts_needed(n, n), rate_mbit=args.rate) as tb:
-        res = run_job(tb, n, n, argv, env=env, timeout=args.timeout, echo=False)
+    servers, placement, _ = placement_of(k_token, n) if mode.startswith("byteps") else (n, SEPARATE, "")
+    with Testbed(hosts_needed(n, servers, placement), rate_mbit=args.rate) as tb:
+        res = run_job(tb, n, servers, argv, placement=placement, env=env, timeout=args.timeout,
+                      echo=False)
     out = res.output("worker:0")
     for line in out.splitlines():
         if "RESULT " in line:
@@ -54,6 +67,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="vgg16,resnet50")
     ap.add_argument("--n", default="4,8")
     ap.add_argument("--modes", default="byteps,byteps-nopriority,ddp")
+    ap.add_argument("--k", default="n", help="byteps server placements: n, n/2, a number, colocated, "
+                                            "mixed:K or n+K (default n)")
     ap.add_argument("--rate", type=int, default=1000, help="Mbit/s per host, both directions")
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=1)
@@ -68,6 +83,13 @@ def main(argv=None) -> int:
     ap.add_argument("--time-scale", type=float, default=1.0, help="smoke tests only")
     ap.add_argument("--shrink", type=int, default=1, help="smoke tests only")
     args = ap.parse_args(argv)
+    ks = args.k.split(",")
+    for n in (int(x) for x in args.n.split(",")):
+        for token in ks:
+            try:
+                placement_of(token, n)
+            except ValueError as err:
+                ap.error(f"--k: {err}")
     ok, why = Testbed.available()
     if not ok:
         print(f"model_shaped: cannot build the emulated cluster: {why}", file=sys.stderr)
@@ -79,23 +101,30 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     for model in args.models.split(","):
         for n in (int(x) for x in args.n.split(",")):
-            for mode in args.modes.split(","):
-                print(f"[{time.monotonic() - t0:6.0f}s] {model} n={n} {mode} ...", flush=True)
-                r = run_one(model, n, mode, args)
-                r.update({"model": model, "workers": n, "mode": mode, "rate_mbit": args.rate})
-                rows.append(r)
-                path.write_text(json.dumps(rows, indent=1))
-                print(f"         -> {r.get('img_per_sec', r.get('error'))}", flush=True)
+            for i, token in enumerate(ks):
+                for mode in args.modes.split(","):
+                    if not mode.startswith("byteps") and i:
+                        continue  # DDP does not depend on the servers
+                    label = placement_of(token, n)[2] if mode.startswith("byteps") else "-"
+                    print(f"[{time.monotonic() - t0:6.0f}s] {model} n={n} k={label} {mode} ...", flush=True)
+                    r = run_one(model, n, mode, args, token)
+                    r.update({"model": model, "workers": n, "mode": mode, "rate_mbit": args.rate,
+                              "k_label": label})
+                    rows.append(r)
+                    path.write_text(json.dumps(rows, indent=1))
+                    print(f"         -> {r.get('img_per_sec', r.get('error'))}", flush=True)
     print()
-    print(f"{'model':9} {'n':>2} {'byteps':>9} {'no-prio':>9} {'DDP':>9} {'byteps/DDP':>11} {'prio gain':>10} {'paper':>6}")
+    print(f"{'model':9} {'n':>2} {'k':>6} {'byteps':>9} {'no-prio':>9} {'DDP':>9} {'byteps/DDP':>11} {'prio gain':>10} {'paper':>6}")
     for model in args.models.split(","):
-        for n in (int(x) for x in args.n.split(",")):
-            get = {r["mode"]: r.get("img_per_sec") for r in rows if r["model"] == model and r["workers"] == n}
+        for n, token in ((int(x), t) for x in args.n.split(",") for t in ks):
+            label = placement_of(token, n)[2]
+            get = {r["mode"]: r.get("img_per_sec") for r in rows if r["model"] == model and r["workers"] == n
+                   and r["k_label"] in (label, "-")}
             b, p, d = get.get("byteps"), get.get("byteps-nopriority"), get.get("ddp")
             f = lambda v: f"{v:9.1f}" if v else f"{'-':>9}"
             ratio = f"{b / d:10.2f}x" if b and d else f"{'-':>11}"
             gain = f"{b / p - 1:+9.0%}" if b and p else f"{'-':>10}"
-            print(f"{model:9} {n:>2} {f(b)} {f(p)} {f(d)} {ratio} {gain} {ORIGINAL[model]:5.2f}x")
+            print(f"{model:9} {n:>2} {label:>6} {f(b)} {f(p)} {f(d)} {ratio} {gain} {ORIGINAL[model]:5.2f}x")
     print(f"\nJSON in {path}")
     return 0
 

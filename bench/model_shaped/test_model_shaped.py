@@ -166,3 +166,15 @@ def test_end_to_end(run_job, mode: str) -> None:
     assert r["iter_time_s"] >= 0.95 * r["compute_time_s"]  # nothing is faster than the replayed compute
     assert r["img_per_sec"] == pytest.approx(64 * 2 / r["iter_time_s"], rel=1e-3)
     assert r["bytes"] == sum(math.ceil(t.numel / 16) * 4 for t in profiles.profile("resnet50").forward_tensors)
+
+
+def test_run_testbed_placements():
+    # --k takes bench.collective's tokens: (servers, testbed placement, label) for n workers.
+    from bench.model_shaped import run_testbed
+    assert run_testbed.placement_of("n", 4) == (4, "separate", "n")
+    assert run_testbed.placement_of("n/2", 4) == (2, "separate", "n/2")
+    assert run_testbed.placement_of("colocated", 4) == (4, "colocated", "coloc")
+    assert run_testbed.placement_of("mixed:2", 4) == (6, "mixed", "n+2")
+    assert run_testbed.placement_of("n+n/2", 8) == (12, "mixed", "n+n/2")
+    with pytest.raises(SystemExit):
+        run_testbed.main(["--n", "2", "--k", "mixed:3"])

@@ -187,8 +187,8 @@ def test_check_env(role: str, env: dict[str, str], missing: Optional[str]) -> No
 def test_check_env_rejects_bad_values() -> None:
     with pytest.raises(LaunchConfigError, match="DMLC_ROLE is missing"):
         bpslaunch.check_env({})
-    with pytest.raises(LaunchConfigError, match="DMLC_ROLE='joint' is not a valid role"):
-        bpslaunch.check_env({"DMLC_ROLE": "joint"})
+    with pytest.raises(LaunchConfigError, match="DMLC_ROLE='master' is not a valid role"):
+        bpslaunch.check_env({"DMLC_ROLE": "master"})
     with pytest.raises(LaunchConfigError, match="DMLC_NUM_WORKER must be a positive integer"):
         bpslaunch.check_env({"DMLC_ROLE": "worker", "DMLC_NUM_WORKER": "two"})
 
@@ -314,9 +314,9 @@ def test_bad_core_spec_is_a_usage_error() -> None:
 
 
 def test_bad_role_is_a_usage_error() -> None:
-    r = run(["true"], launch_env(DMLC_ROLE="joint", DMLC_NUM_WORKER="1"))
+    r = run(["true"], launch_env(DMLC_ROLE="master", DMLC_NUM_WORKER="1"))
     assert r.returncode == 2
-    assert "DMLC_ROLE='joint'" in r.stderr and "worker, server, scheduler" in r.stderr
+    assert "DMLC_ROLE='master'" in r.stderr and "worker, server, scheduler, joint" in r.stderr
 
 
 @pytest.mark.parametrize("role, env, name", [

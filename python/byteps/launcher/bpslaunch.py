@@ -6,10 +6,11 @@ Usage (one call per machine and role, as with the original ``bpslaunch``)::
     DMLC_ROLE=server    ... bpslaunch
     DMLC_ROLE=worker    ... bpslaunch python3 train.py --epochs 3
     DMLC_ROLE=worker    ... bpslaunch "python3 train.py --epochs 3 > log.txt"
+    DMLC_ROLE=joint     ... bpslaunch python3 train.py --epochs 3   # worker + colocated server
 
-The role comes from ``DMLC_ROLE`` (``worker``, ``server`` or ``scheduler``).  Required
-variables, as in the original: ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER``, ``DMLC_PS_ROOT_URI``,
-``DMLC_PS_ROOT_PORT``, and ``DMLC_WORKER_ID`` for workers; a worker of a single-worker job
+The role comes from ``DMLC_ROLE`` (``worker``, ``server``, ``scheduler`` or ``joint``).
+Required variables, as in the original: ``DMLC_NUM_WORKER``, ``DMLC_NUM_SERVER``,
+``DMLC_PS_ROOT_URI``, ``DMLC_PS_ROOT_PORT``, and ``DMLC_WORKER_ID`` for workers (and joint); a worker of a single-worker job
 (``DMLC_NUM_WORKER=1`` without ``BYTEPS_FORCE_DISTRIBUTED=1``) needs only ``DMLC_NUM_WORKER``.
 Unlike the original, which printed "The env X is missing" and exited 0, a missing or malformed
 variable is an error (exit 2).
@@ -26,6 +27,20 @@ worker
     (``"a,b-c:d-e"``, one colon-separated entry per local rank) names the cores, and setting it
     alone also turns binding on (``BYTEPS_NUMA_ON=0`` still wins).  Without it the cores this
     process may use are split evenly, the root (last) rank taking the remainder.
+
+joint
+    A worker machine that also runs its colocated server: the worker role's local ranks plus one
+    ``byteps-core server``, all supervised together (each child gets ``DMLC_ROLE`` of its own
+    part: ``worker`` or ``server``; the first failure stops the rest; the server leaves when the
+    scheduler ends the job).  The name is ps-lite's for a node that is both.  It is the same
+    job as the original's way, which still works: two launches on the machine with the same
+    environment, ``DMLC_ROLE=server bpslaunch`` and ``DMLC_ROLE=worker bpslaunch CMD``.  Either
+    way the server registers the machine's address (``DMLC_NODE_HOST``, else the address of
+    ``DMLC_INTERFACE``, else the first non-loopback one), the same as the worker's, which is how
+    the scheduler knows the server is colocated; count it in ``DMLC_NUM_SERVER``.  With
+    servers on every worker machine and on CPU-only machines too (the mixed placement), the
+    bytes are split between the two kinds as the unified architecture says
+    (``BYTEPS_ENABLE_MIXED_MODE=0``: equal shares).  A single-worker job starts no server.
 
 server / scheduler
     Runs ``byteps-core server`` / ``byteps-core scheduler`` (found by
@@ -56,7 +71,7 @@ from . import corebin
 from .supervision import (EXIT_CANNOT_START, Child, Console, LaunchError, Waker, Wording, spawn,
                           stop_all, supervise)
 
-ROLES = ("worker", "server", "scheduler")
+ROLES = ("worker", "server", "scheduler", "joint")
 EXIT_USAGE = 2
 GRACE_S = 5.0  # between forwarding SIGTERM/SIGINT and SIGKILL
 CONSOLE = Console("bpslaunch")  # its notes go to stderr: stdout belongs to the children
@@ -118,9 +133,9 @@ def check_env(env: Mapping[str, str]) -> str:
     required = ["DMLC_NUM_WORKER"]
     if not env.get("DMLC_NUM_WORKER"):
         raise LaunchConfigError("The env DMLC_NUM_WORKER is missing")
-    if role != "worker" or is_distributed(env):
+    if role not in ("worker", "joint") or is_distributed(env):
         required += ["DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT"]
-        if role == "worker":
+        if role in ("worker", "joint"):
             required.append("DMLC_WORKER_ID")
     for name in required:
         if not env.get(name):
@@ -322,6 +337,16 @@ def service_plan(role: str, env: dict[str, str]) -> list[tuple[str, list[str], d
     return [(role, [core, role], env)]
 
 
+def joint_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The colocated server (for a distributed job), then the worker's local ranks."""
+    workers = worker_plan(command, {**env, "DMLC_ROLE": "worker"})
+    if not is_distributed(env):
+        note("DMLC_NUM_WORKER=1 and BYTEPS_FORCE_DISTRIBUTED is not 1: a single-worker job "
+             "needs no server; starting the worker only")
+        return workers
+    return service_plan("server", {**env, "DMLC_ROLE": "server"}) + workers
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``bpslaunch`` console script; returns the exit code."""
     command = list(sys.argv[1:] if argv is None else argv)
@@ -335,7 +360,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         role = check_env(env)
         note(f"BytePS launching {role}")
-        plan = worker_plan(command, env) if role == "worker" else service_plan(role, env)
+        if role == "joint":
+            plan = joint_plan(command, env)
+        else:
+            plan = worker_plan(command, env) if role == "worker" else service_plan(role, env)
     except LaunchConfigError as err:
         note(f"error: {err}")
         return EXIT_USAGE

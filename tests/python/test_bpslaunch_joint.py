@@ -22,7 +22,9 @@ from test_bpslaunch import DIST, FAKE_CORE, LAUNCH, PUSH_PULL, launch_env, run
 from byteps.launcher import bpslaunch
 from byteps.launcher.bpslaunch import LaunchConfigError
 
-PRINT_ROLE = "import os; print('ROLE', os.environ['DMLC_ROLE'], os.environ['BYTEPS_LOCAL_RANK'], flush=True)"
+# One write(2) per line, so that the lines of concurrent local ranks do not interleave.
+PRINT_ROLE = ("import os; os.write(1, f\"ROLE {os.environ['DMLC_ROLE']} "
+              "{os.environ['BYTEPS_LOCAL_RANK']}\\n\".encode())")
 
 
 @pytest.fixture

@@ -206,9 +206,13 @@ def run_job(opts: argparse.Namespace, children: list[Child], waker: Waker, conso
                          f"{opts.num_workers} workers")
         else:
             n, k = opts.num_workers, opts.cpu_servers
-            cpu = f", {k} CPU servers on 127.0.2.1..{k}" if k else ""
-            console.note(f"starting scheduler on {opts.host}:{port}; mixed placement: {n} workers "
-                         f"with colocated servers on 127.0.1.1..{n}{cpu}")
+
+            def span(prefix: str, count: int) -> str:
+                return f"{prefix}1..{count}" if count > 1 else f"{prefix}1"
+            cpu = f", {k} CPU server{'s' if k > 1 else ''} on {span('127.0.2.', k)}" if k else ""
+            console.note(f"starting scheduler on {opts.host}:{port}; mixed placement: {n} "
+                         f"worker{'s' if n > 1 else ''} with colocated servers on "
+                         f"{span('127.0.1.', n)}{cpu}")
     else:
         console.note("starting 1 worker (single-worker job: no scheduler or servers)")
     for label, role, argv, role_env in plan(opts, core):

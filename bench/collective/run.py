@@ -25,7 +25,8 @@ Run from the repository root, as root (network namespaces).  For every n (worker
   K servers on hosts of their own (n + K hosts, n + K servers, the testbed's "mixed" placement;
   the scheduler on the first CPU server host); the core splits the bytes between them as the
   unified architecture says.  Its theory is t = 2n(n-1)M / ((n^2 + Kn - 2K) G), its k column
-  K (the CPU hosts) and its label "n+K"; results.json records each server's share.
+  K (the CPU hosts) and its label "n+K"; results.json records the formula's share of each
+  server ("formula_shares", servers 0..n-1 colocated, n..n+K-1 on the CPU hosts).
 
 Every configuration gets a fresh testbed with just the hosts it needs, links of rate R in both
 directions.  CPU capacity (reference/machine-facts.md: keep the sum of host rates <= ~12-16
@@ -420,7 +421,7 @@ def run_byteps(tb, cfg: Config, sizes: list[int], iters: list[int], args, raw: P
         servers = model.server_count(cfg.n, cfg.k, cfg.placement)
         if cfg.placement == model.MIXED:
             cpu, gpu = model.mixed_split(cfg.n, cfg.k)
-            cfg.info["server_shares"] = [gpu] * cfg.n + [cpu] * cfg.k  # server i's share of M
+            cfg.info["formula_shares"] = [gpu] * cfg.n + [cpu] * cfg.k  # server i: the formula's share of M
         res = run_job(tb, cfg.n, servers, argv, placement=cfg.placement, env=env, timeout=timeout,
                       echo=args.verbose)
         transcript.append("".join(res.transcript))

@@ -21,6 +21,10 @@ stays on ``--host`` (which must then be a 127.x address).  The scheduler tells c
 from CPU ones by these addresses, so the job gets the unified architecture's split of the bytes
 (``BYTEPS_ENABLE_MIXED_MODE=0`` keeps equal shares).  Servers 0..N-1 are the colocated ones,
 N..N+K-1 the CPU ones.  ``--cpu-servers 0`` is N colocated servers on N emulated machines.
+The emulated machines still share this one's cores and memory: with the default
+``BYTEPS_TRANSPORT=auto`` their connections use shared memory, ``--env BYTEPS_TRANSPORT=tcp``
+sends them over loopback TCP; for shaped links between hosts use the emulated cluster
+(``python3 -m tools.testbed job --placement mixed``).
 Without ``--cpu-servers`` every process gets ``--host``, as before.
 
 Every output line of a child is copied to bpsrun's stdout/stderr prefixed with its role and

@@ -220,7 +220,8 @@ int RunManyTensors(const config::Config& config, worker::Engine& e, const BenchO
     fmt::print("per_tensor_us {:.2f}\n", med);
     Emit(nlohmann::json{{"mode", "many_tensors"}, {"tensors", n}, {"tensor_bytes", o.tensor_bytes},
                         {"iterations", iters}, {"settle_iterations", settle}, {"per_tensor_us_median", med},
-                        {"workers", e.size()}, {"credit_bytes", e.credit_bytes()}, {"settings", e.settings_report()}},
+                        {"workers", e.size()}, {"credit_bytes", e.credit_bytes()}, {"settings", e.settings_report()},
+                        {"server_shares", e.server_shares()}, {"placement", e.placement_report()}},
          o);
   }
   return 0;
@@ -361,6 +362,7 @@ int RunBench(const config::Config& config, const BenchOptions& o) {
       Emit(nlohmann::json{{"mode", "sweep"}, {"workers", n}, {"servers", config.num_servers},
                           {"partition_bytes", e.partition_bytes()}, {"credit_bytes", e.credit_bytes()},
                           {"settings", e.settings_report()}, {"settle_iterations", settled_at},
+                          {"server_shares", e.server_shares()}, {"placement", e.placement_report()},
                           {"barrier", o.barrier}, {"dtype", o.dtype}, {"device", o.device}, {"rows", rows}},
            o);
     }

@@ -65,6 +65,7 @@ void PrintChosenSettings(const byteps::config::Config& c) {
     fmt::print("  worker {} (pid {}, {}, recorded {}): partition {} bytes, credit {} bytes\n    {}\n", r.rank, r.pid,
                r.running ? "running" : "exited without removing its record", r.written, r.partition_bytes,
                r.credit_bytes, r.report);
+    if (!r.placement.empty()) fmt::print("    servers: {}\n", r.placement);
   }
   if (!records.empty()) return;
   auto how = [&](bool pinned, const char* var, const char* tuned) {

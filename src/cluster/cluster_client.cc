@@ -47,6 +47,7 @@ protocol::RegisterRequest ClusterClient::MakeRegisterRequest(bool rejoin) const 
   req.num_servers = options_.num_servers;
   req.rejoin = rejoin;
   req.instance = instance_;
+  req.nic_rate = options_.nic_rate;
   return req;
 }
 
@@ -265,6 +266,8 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
       } else {
         rank_ = r->rank;
         nodes_ = r->nodes;
+        shares_ = r->shares;
+        placement_ = r->placement;
         registered_ = true;
       }
       cv_.notify_all();

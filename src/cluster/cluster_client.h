@@ -31,6 +31,7 @@ struct ClientOptions {
   int requested_rank = -1;
   std::string host = "127.0.0.1";  // address others use to reach this node
   int port = 0;                    // data port (servers)
+  double nic_rate = 0;             // this machine's NIC rate in bytes/s, 0 = unknown (RegisterRequest)
   std::string root_uri = "127.0.0.1";
   int root_port = 0;
   int num_workers = 1;
@@ -58,6 +59,9 @@ class ClusterClient : public transport::Handler {
 
   int rank() const { return rank_; }
   const std::vector<protocol::NodeInfo>& nodes() const { return nodes_; }
+  // Each server's share of the bytes and the scheduler's account of the placement (RegisterReply).
+  const std::vector<double>& server_shares() const { return shares_; }
+  const std::string& placement() const { return placement_; }
   std::vector<protocol::NodeInfo> servers() const { return NodesOf("server"); }
   std::vector<protocol::NodeInfo> workers() const { return NodesOf("worker"); }
 
@@ -110,6 +114,8 @@ class ClusterClient : public transport::Handler {
   uint64_t terminate_code_ = 0;
   bool stopping_ = false;
   Status failure_;
+  std::vector<double> shares_;
+  std::string placement_;
   std::map<uint64_t, bool> pending_barriers_;    // id -> all_nodes, until released
   bool finish_sent_ = false;
   uint32_t finish_arg_ = 0;

@@ -11,6 +11,7 @@ ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role,
   co.requested_rank = role == "worker" ? c.worker_id : -1;
   co.host = AdvertisedHost(c.node_host, c.interface, c.root_uri);
   co.port = c.advertise_port > 0 ? c.advertise_port : port;  // e.g. behind a proxy or NAT
+  co.nic_rate = NicRate(co.host, c.nic_gbps);
   co.root_uri = c.root_uri;
   co.root_port = c.root_port;
   co.num_workers = c.num_workers;
@@ -32,6 +33,8 @@ SchedulerOptions SchedulerOptionsFor(const config::Config& c) {
   o.start_timeout_s = c.start_timeout_s;
   o.heartbeat_timeout_s = c.heartbeat_interval_s > 0 ? c.heartbeat_timeout_s : 0;
   o.reconnect_timeout_s = c.reconnect_timeout_s;
+  o.mixed_mode = c.mixed_mode < 0 ? protocol::MixedMode::kAuto : c.mixed_mode ? protocol::MixedMode::kOn
+                                                                                : protocol::MixedMode::kOff;
   o.transport = transport::ControlTransportOptionsFor(c, "sched");
   return o;
 }

@@ -10,4 +10,10 @@ namespace byteps::cluster {
 std::string AdvertisedHost(const std::string& node_host, const std::string& interface,
                            const std::string& root_uri);
 
+// The NIC rate in bytes/s of the interface that holds IPv4 address `host`, from the link speed
+// the kernel reports (/sys/class/net/<interface>/speed, Mbit/s); 0 when unknown (loopback,
+// virtual links that report none, an address on no interface). `gbps_override` > 0 wins
+// (BYTEPS_NIC_GBPS).
+double NicRate(const std::string& host, double gbps_override);
+
 }  // namespace byteps::cluster

@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "protocol/control.h"
 #include "protocol/name_planner.h"
+#include "protocol/server_placement.h"
 #include "transport/transport.h"
 
 namespace byteps::cluster {
@@ -41,6 +42,9 @@ struct SchedulerOptions {
   double start_timeout_s = 60;
   double heartbeat_timeout_s = 15;  // 0 = heartbeats not checked
   double reconnect_timeout_s = 5;   // a node whose connection dropped may rejoin within this
+  // BYTEPS_ENABLE_MIXED_MODE: how the servers' shares of the bytes are decided at the rendezvous
+  // from the hosts the nodes registered (protocol/server_placement.h).
+  protocol::MixedMode mixed_mode = protocol::MixedMode::kAuto;
   transport::TransportOptions transport;
   const Clock* clock = nullptr;     // nullptr: Clock::Steady(); else borrowed, outlives the scheduler
 };
@@ -93,6 +97,9 @@ class Scheduler : public transport::Handler {
   void HandleBarrierLocked(transport::Connection& c, const Node& node, const protocol::Header& h, Outbox* out);
   void HandleFinishLocked(Node& node, const protocol::Header& h, const std::string& payload, Outbox* out);
   void MaybeCompleteRendezvousLocked(Outbox* out);
+  // The servers' shares from the registered hosts and NIC rates (ranks assigned); the job's error
+  // for a layout BYTEPS_ENABLE_MIXED_MODE=1 cannot mix.
+  StatusOr<protocol::ServerPlacement> PlaceServersLocked(const std::vector<Node*>& order) const;
   void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
   // A registration (not a rejoin) was answered and the answer sent.
   void NoteRegistrationAnswered(const std::string& payload);
@@ -119,7 +126,8 @@ class Scheduler : public transport::Handler {
   std::map<uint64_t, std::set<transport::Connection*>> barriers_;
   std::set<uint64_t> released_barriers_;  // a node that rejoins may ask again
   std::vector<protocol::NodeInfo> table_;  // the address table sent at rendezvous
-  protocol::NamePlanner names_;
+  protocol::NamePlanner names_;  // given the servers' shares at the rendezvous
+  protocol::ServerPlacement placement_;
   // Nodes whose connection dropped: they have until `deadline` to rejoin (after the rendezvous)
   // or to register again (before it; then they hold no slot).
   struct LostNode {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 #include "cluster/scheduler.h"
 #include "common/logging.h"
@@ -197,6 +198,15 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
       used[next] = true;
     }
   }
+  auto placement = PlaceServersLocked(order);
+  if (!placement.ok()) {
+    FailJobLocked(placement.status(), nullptr, out);
+    return;
+  }
+  placement_ = std::move(placement.value());
+  names_.SetShares(placement_.shares);  // a name planned before (equal shares) keeps its plan
+  if (!placement_.warning.empty()) BYTEPS_LOG(Warning, "{}", placement_.warning);
+  BYTEPS_LOG(Info, "{}", placement_.summary);
   protocol::RegisterReply reply;
   for (const char* role : {"worker", "server"})
     for (int rank = 0;; ++rank) {
@@ -205,6 +215,8 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
       if (it == order.end()) break;
       reply.nodes.push_back((*it)->info);
     }
+  reply.shares = placement_.shares;
+  reply.placement = placement_.summary;
   for (Node* n : order) {
     n->conn->set_peer_name(protocol::Describe(n->info));
     reply.rank = n->info.rank;
@@ -220,6 +232,32 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   for (Node* n : order) n->last_seen = now;
   lost_.clear();  // nodes that left during registration and were replaced
   BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);
+}
+
+StatusOr<protocol::ServerPlacement> Scheduler::PlaceServersLocked(const std::vector<Node*>& order) const {
+  std::vector<std::string> worker_hosts(options_.num_workers), server_hosts(options_.num_servers);
+  std::vector<double> worker_rates(options_.num_workers), server_rates(options_.num_servers);
+  for (const Node* n : order) {
+    const bool worker = n->info.role == "worker";
+    (worker ? worker_hosts : server_hosts)[n->info.rank] = n->info.host;
+    (worker ? worker_rates : server_rates)[n->info.rank] = n->req.nic_rate;
+  }
+  // NIC rates: the slowest machine of each kind sets its kind's pace; the formula's equal rates
+  // unless every machine reported one.
+  const std::set<std::string> machines(worker_hosts.begin(), worker_hosts.end());
+  double worker_rate = 0, cpu_rate = 0;
+  bool known = true;
+  for (double r : worker_rates) {
+    known = known && r > 0;
+    worker_rate = worker_rate == 0 ? r : std::min(worker_rate, r);
+  }
+  for (int s = 0; s < options_.num_servers; ++s) {
+    if (machines.count(server_hosts[s]) != 0) continue;  // a colocated server shares its worker's NIC
+    known = known && server_rates[s] > 0;
+    cpu_rate = cpu_rate == 0 ? server_rates[s] : std::min(cpu_rate, server_rates[s]);
+  }
+  if (!known || worker_rate <= 0 || cpu_rate <= 0) worker_rate = cpu_rate = 1;
+  return protocol::PlaceServers(worker_hosts, server_hosts, options_.mixed_mode, cpu_rate, worker_rate);
 }
 
 std::string Scheduler::MissingLocked() const {

@@ -57,6 +57,10 @@ struct Config {
 
   // Server.
   int server_engine_threads = 4;       // BYTEPS_SERVER_ENGINE_THREAD
+  // BYTEPS_ENABLE_MIXED_MODE, read by the scheduler (protocol/server_placement.h): -1 unset (mix
+  // whenever servers run on worker machines and on CPU machines alike), 0 equal shares, 1 mix or fail.
+  int mixed_mode = -1;
+  double nic_gbps = 0;                 // BYTEPS_NIC_GBPS: this machine's NIC rate (0: what the kernel reports)
 
   // Transport.
   int connections_per_peer = 2;        // BYTEPS_CONNECTIONS_PER_PEER

@@ -50,6 +50,20 @@ Status SetSeconds(const Arg& a, bool allow_zero, double& out) {
   return Status::Ok();
 }
 
+// A rate in Gbit/s: a positive number, or "auto" (0: found out).
+Status SetGbps(const Arg& a, double& out) {
+  char* end = nullptr;
+  const std::string v(a.value);
+  if (v == "auto") {
+    out = 0;
+    return Status::Ok();
+  }
+  const double d = std::strtod(v.c_str(), &end);
+  if (end == v.c_str() || *end != '\0' || !(d > 0) || d > 1e6) return Malformed(a, "a rate in Gbit/s, e.g. 25 or 0.5");
+  out = d;
+  return Status::Ok();
+}
+
 Status SetRole(const Arg& a, Role& out) {
   std::string l(a.value);
   for (char& ch : l) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -186,6 +200,28 @@ constexpr Entry kRegistry[] = {
     {"BYTEPS_SERVER_ENGINE_THREAD", "int", "server summation threads (1..64)",
      [](const Arg& a, Config& c) { return SetInt(a, 1, 64, c.server_engine_threads); },
      [](const Config& c) { return fmt::to_string(c.server_engine_threads); }},
+    {"BYTEPS_ENABLE_MIXED_MODE", "bool",
+     "the unified architecture's mixed placement, read by the scheduler: servers on the worker machines and on CPU "
+     "machines of their own share the bytes by the optimal split (each CPU server 2(n-1)/(n^2+kn-2k), each "
+     "colocated one (n-k)/(n^2+kn-2k)). Unset: mixed whenever both kinds of server are there and one runs on each "
+     "worker machine (also `auto`); 0: equal shares; 1: mixed, or the job fails saying what to change",
+     [](const Arg& a, Config& c) {
+       if (a.value == "auto") {
+         c.mixed_mode = -1;
+         return Status::Ok();
+       }
+       bool on = false;
+       BYTEPS_RETURN_IF_ERROR(SetBool(a, on));
+       c.mixed_mode = on ? 1 : 0;
+       return Status::Ok();
+     },
+     [](const Config& c) { return std::string(c.mixed_mode < 0 ? "auto" : c.mixed_mode ? "1" : "0"); }, "", false,
+     Disposition::kHonoured},
+    {"BYTEPS_NIC_GBPS", "Gbit/s",
+     "this machine's NIC rate in each direction, for the mixed placement's split when the worker and CPU machines' "
+     "NICs differ. Unset or `auto`: the link speed the kernel reports for the node's interface, if any",
+     [](const Arg& a, Config& c) { return SetGbps(a, c.nic_gbps); },
+     [](const Config& c) { return c.nic_gbps > 0 ? fmt::format("{}", c.nic_gbps) : std::string("auto"); }},
     // Transport.
     {"BYTEPS_CONNECTIONS_PER_PEER", "int", "TCP connections to each server (1..16); unset: 2, more where the start-up probe finds a long round trip",
      [](const Arg& a, Config& c) { return SetInt(a, 1, 16, c.connections_per_peer); },

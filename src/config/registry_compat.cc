@@ -38,8 +38,8 @@ constexpr const char* kWhySocket =
 constexpr const char* kWhyHash =
     "partitions go to servers by bytes (the least-loaded server first), not by a key hash";
 constexpr const char* kWhyMixed =
-    "colocated and dedicated servers are not told apart: every server gets a byte-balanced share, which may "
-    "load colocated servers more than mixed mode would";
+    "the mixed placement (BYTEPS_ENABLE_MIXED_MODE) gives each server its exact byte share (each within one "
+    "partition of it), not a hash over buckets: there is no bound to set";
 constexpr const char* kWhySched =
     "servers sum in arrival order; priority comes from the workers' scheduling (BYTEPS_SCHEDULING_CREDIT)";
 constexpr const char* kWhyBlocking =
@@ -114,7 +114,6 @@ constexpr Entry kCompatibility[] = {
     Ignored("BYTEPS_SOCKET_PATH", kWhySocket),
     Ignored("BYTEPS_KEY_HASH_FN", kWhyHash),
     Ignored("BYTEPS_BUILT_IN_HASH_COEF", kWhyHash),
-    Ignored("BYTEPS_ENABLE_MIXED_MODE", kWhyMixed),
     Ignored("BYTEPS_MIXED_MODE_BOUND", kWhyMixed),
     Ignored("BYTEPS_SERVER_ENABLE_SCHEDULE", kWhySched),
     Ignored("BYTEPS_SERVER_ENGINE_BLOCKING", kWhyBlocking),

@@ -83,6 +83,21 @@ class Fields {
     if (const json* v = Find(field, &json::is_boolean, "is not a boolean")) *out = v->get<bool>();
     return *this;
   }
+  Fields& OptionalDouble(const char* field, double* out) {
+    if (!ok() || !j_.contains(field)) return *this;
+    if (const json* v = Find(field, &json::is_number, "is not a number")) *out = v->get<double>();
+    return *this;
+  }
+  Fields& OptionalDoubles(const char* field, std::vector<double>* out) {
+    if (!ok() || !j_.contains(field)) return *this;
+    const json* v = Find(field, &json::is_array, "is not an array");
+    if (v == nullptr) return *this;
+    for (const auto& e : *v) {
+      if (!e.is_number()) return Error(fmt::format("field '{}' has a bad entry: {}", field, Dump(e)));
+      out->push_back(e.get<double>());
+    }
+    return *this;
+  }
   Fields& OptionalString(const char* field, std::string* out) {
     if (!ok() || !j_.contains(field)) return *this;
     if (const json* v = Find(field, &json::is_string, "is not a string")) *out = v->get<std::string>();
@@ -164,13 +179,15 @@ std::string Encode(const RegisterRequest& m) {
               {"host", m.host},         {"port", m.port},
               {"pid", m.pid},           {"num_workers", m.num_workers},
               {"num_servers", m.num_servers}, {"job_secret_hash", m.job_secret_hash},
-              {"rejoin", m.rejoin},     {"instance", m.instance}});
+              {"rejoin", m.rejoin},     {"instance", m.instance},
+              {"nic_rate", m.nic_rate}});
 }
 
 std::string Encode(const RegisterReply& m) {
   json nodes = json::array();
   for (const auto& n : m.nodes) nodes.push_back(ToJson(n));
-  return Dump(json{{"error", m.error}, {"rank", m.rank}, {"nodes", nodes}});
+  return Dump(json{{"error", m.error}, {"rank", m.rank}, {"nodes", nodes}, {"shares", m.shares},
+                    {"placement", m.placement}});
 }
 
 std::string Encode(const NodeFailedNotice& m) {
@@ -188,13 +205,17 @@ StatusOr<RegisterRequest> DecodeRegisterRequest(const std::string& payload) {
         .Int("pid", &m.pid).Int("num_workers", &m.num_workers).Int("num_servers", &m.num_servers)
         .String("job_secret_hash", &m.job_secret_hash)
         .OptionalBool("rejoin", &m.rejoin)           // absent: a first registration
-        .OptionalString("instance", &m.instance);    // absent: unknown
+        .OptionalString("instance", &m.instance)     // absent: unknown
+        .OptionalDouble("nic_rate", &m.nic_rate);    // absent: unknown
   });
 }
 
 StatusOr<RegisterReply> DecodeRegisterReply(const std::string& payload) {
   return Decode<RegisterReply>(payload, "RegisterReply", [](Fields& f, RegisterReply& m) {
-    f.String("error", &m.error).Int("rank", &m.rank).Nodes("nodes", &m.nodes);
+    f.String("error", &m.error).Int("rank", &m.rank).Nodes("nodes", &m.nodes)
+        .OptionalDoubles("shares", &m.shares)         // absent: equal
+        .OptionalString("placement", &m.placement);   // absent: not said
+
   });
 }
 

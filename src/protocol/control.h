@@ -38,12 +38,19 @@ struct RegisterRequest {
   // Random per node (not per process: a test may run several nodes in one), the same on every
   // registration of that node: a registration again tells itself from a new node. "" = unknown.
   std::string instance;
+  // The NIC rate of this node's machine in bytes/s (BYTEPS_NIC_GBPS, else the link speed the
+  // kernel reports for the node's interface); 0 = unknown. The mixed placement's split uses it.
+  double nic_rate = 0;
 };
 
 struct RegisterReply {
   std::string error;  // non-empty: registration refused, the node must exit with this message
   int rank = -1;
   std::vector<NodeInfo> nodes;  // all workers then all servers, rank order
+  // Each server's share of the gradient bytes, by server rank (server_placement.h), and the
+  // scheduler's one-line account of it; empty from a rejoin's reply before the rendezvous.
+  std::vector<double> shares;
+  std::string placement;
 };
 
 struct NodeFailedNotice {

@@ -9,8 +9,12 @@
 
 namespace byteps::protocol {
 
-NamePlanner::NamePlanner(int num_servers, std::vector<double> shares)
-    : num_servers_(std::max(1, num_servers)), shares_(std::move(shares)) {
+NamePlanner::NamePlanner(int num_servers, std::vector<double> shares) : num_servers_(std::max(1, num_servers)) {
+  SetShares(std::move(shares));
+}
+
+void NamePlanner::SetShares(std::vector<double> shares) {
+  shares_ = std::move(shares);
   if (static_cast<int>(shares_.size()) != num_servers_ ||
       std::none_of(shares_.begin(), shares_.end(), [](double s) { return s > 0; })) {
     shares_.assign(num_servers_, 1.0);  // equal: byte-balanced

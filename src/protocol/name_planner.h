@@ -39,6 +39,8 @@ class NamePlanner {
   // `shares`: each server's share of the bytes (any scale; a server with 0 takes none); empty, or
   // not one per server, or none positive: equal.
   explicit NamePlanner(int num_servers, std::vector<double> shares = {});
+  // New shares (as above) for what is placed from now on; plans made so far stay everyone's.
+  void SetShares(std::vector<double> shares);
 
   // The plan of r's (name, incarnation, generation); the same answer for every request of it
   // (see above). Errors (InvalidArgument, naming the tensor): too many tensors, a generation past

@@ -39,6 +39,7 @@ void Server::Shutdown() {
   if (!shards_.empty() && keys_freed() > 0) {
     BYTEPS_LOG(Info, "{} keys held at the end; {} freed once every worker released them", keys_held(), keys_freed());
   }
+  if (!shards_.empty()) BYTEPS_LOG(Info, "took {} bytes of pushes", pushed_bytes());
   if (board_) board_->Close();  // a join drained below reaches no shard being destroyed
   shards_.clear();              // joins after draining; buffers return to pool_
   transport_.reset();
@@ -52,6 +53,12 @@ StatusOr<int> Server::Listen(const std::string& host, int port) {
 size_t Server::keys_held() const {
   size_t n = 0;
   for (const auto& s : shards_) n += s->keys_held();
+  return n;
+}
+
+uint64_t Server::pushed_bytes() const {
+  uint64_t n = 0;
+  for (const auto& s : shards_) n += s->pushed_bytes();
   return n;
 }
 

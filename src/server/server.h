@@ -34,6 +34,7 @@ class Server : public transport::Handler {
   // (kRelease); a snapshot, any thread (0 after Shutdown).
   size_t keys_held() const;
   size_t keys_freed() const;
+  uint64_t pushed_bytes() const;  // bytes of pushes taken so far (logged at shutdown)
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;

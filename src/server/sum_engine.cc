@@ -253,6 +253,7 @@ std::shared_ptr<uint8_t> SumEngine::CombineAdasum(KeyState& ks) {
 }
 
 void SumEngine::HandlePush(PushTask& t) {
+  pushed_bytes_.fetch_add(t.bytes, std::memory_order_relaxed);
   auto it = keys_.find(t.key);
   if (!t.failure.ok()) {
     const bool named = it != keys_.end() && it->second.initialized;

@@ -102,6 +102,8 @@ class SumEngine {
   // Keys this shard holds state for / has freed (any thread; a snapshot).
   size_t keys_held() const { return held_.load(std::memory_order_relaxed); }
   size_t keys_freed() const { return freed_.load(std::memory_order_relaxed); }
+  // Bytes of pushes this shard took (any thread; a snapshot): its share of the job's traffic.
+  uint64_t pushed_bytes() const { return pushed_bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct Waiter {
@@ -196,6 +198,7 @@ class SumEngine {
   std::unique_ptr<JoinBoard> own_board_;          // when no shared board was given
   JoinBoard* board_;
   std::atomic<size_t> held_{0};
+  std::atomic<uint64_t> pushed_bytes_{0};
   std::atomic<size_t> freed_{0};
 
   std::mutex mu_;

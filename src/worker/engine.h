@@ -85,6 +85,11 @@ class Engine {
   // What push_pull uses (the configured values, or what the tuning chose so far).
   size_t partition_bytes() const;
   size_t credit_bytes() const;  // 0: no cap
+  // Each server's share of the gradient bytes by server rank, as the scheduler placed them
+  // (protocol/server_placement.h), and its account of why; empty in a process with no line to
+  // the scheduler (single-process, or a host's non-root process).
+  std::vector<double> server_shares() const;
+  std::string placement_report() const;
   // The most iterations the online tuning takes (those pushing at least the credit): the
   // partition size's phase, where every worker explores it, then the credit's.
   static constexpr int kOnlineSettleIterations = 20;

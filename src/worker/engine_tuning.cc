@@ -210,6 +210,7 @@ void Engine::RecordSettings(size_t partition_bytes) {
   r.partition_bytes = partition_bytes;
   r.credit_bytes = credit_bytes_;
   r.report = settings_report_;
+  r.placement = placement_report();
   WriteSettingsRecord(config_, r);
 }
 
@@ -380,6 +381,18 @@ size_t Engine::PartitionInUseLocked() const {
 size_t Engine::credit_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return credit_bytes_;
+}
+
+std::vector<double> Engine::server_shares() const {
+  return cluster_ ? cluster_->server_shares() : std::vector<double>{};
+}
+
+std::string Engine::placement_report() const {
+  if (!cluster_ || cluster_->server_shares().empty()) return "";
+  std::string shares;
+  const auto& s = cluster_->server_shares();
+  for (size_t i = 0; i < s.size(); ++i) shares += fmt::format("{}server {} {:.1f}%", i ? ", " : "", i, 100 * s[i]);
+  return fmt::format("{} [{}]", cluster_->placement(), shares);
 }
 
 StagingStats Engine::staging_stats() const { return pipelines_ ? pipelines_->staging_stats() : StagingStats{}; }

@@ -65,7 +65,8 @@ void WriteSettingsRecord(const config::Config& c, const SettingsRecord& r) {
   {
     std::ofstream f(tmp, std::ios::trunc);
     f << "rank=" << r.rank << "\npid=" << getpid() << "\nwritten=" << when << "\npartition_bytes="
-      << r.partition_bytes << "\ncredit_bytes=" << r.credit_bytes << "\nreport=" << Escape(r.report) << "\n";
+      << r.partition_bytes << "\ncredit_bytes=" << r.credit_bytes << "\nreport=" << Escape(r.report)
+      << "\nplacement=" << Escape(r.placement) << "\n";
     if (!f) {
       BYTEPS_LOG(Debug, "settings record {}: cannot write ({})", tmp, std::strerror(errno));
       std::error_code ec;
@@ -111,6 +112,7 @@ std::vector<SettingsRecord> ReadSettingsRecords(const config::Config& c) {
         else if (k == "partition_bytes") r.partition_bytes = std::stoull(v);
         else if (k == "credit_bytes") r.credit_bytes = std::stoull(v);
         else if (k == "report") r.report = v;
+        else if (k == "placement") r.placement = v;
       } catch (const std::exception&) {
         ok = false;
         break;

@@ -24,6 +24,7 @@ struct SettingsRecord {
   size_t partition_bytes = 0;
   size_t credit_bytes = 0;
   std::string report;    // Engine::settings_report()
+  std::string placement; // Engine::placement_report(): the servers' shares
   std::string path;
 };
 

@@ -22,7 +22,11 @@ namespace {
 // (4 MiB), so the tuner counts every iteration.
 constexpr size_t kCounts[] = {(10u << 20) / 4, (5u << 20) / 4, (3u << 20) / 4, 1000};
 constexpr int kMaxIterations = 40;  // the partition phase settles after 10 counted ones
-constexpr int kAfterSettling = 3;   // iterations in the chosen generation
+constexpr int kAfterSettling = 4;   // iterations in the chosen generation
+// The steady state starts at the second iteration in the chosen generation: the generation left
+// behind frees its buffers lazily, at the next lease after its last round came back, and under load
+// that round can come back during the first iteration in the chosen one.
+constexpr int kSettledFrom = 2;
 constexpr size_t kIterationBytes = 4 * ((10u << 20) / 4 + (5u << 20) / 4 + (3u << 20) / 4 + 1000);
 
 float Value(int w, size_t i, int it) { return static_cast<float>((w + 1) * (i % 11) + it); }
@@ -31,7 +35,7 @@ struct Outcome {
   int iterations = 0;
   int after_settling = 0;
   std::string report;
-  worker::StagingStats settled;  // after the first iteration in the chosen generation
+  worker::StagingStats settled;  // after kSettledFrom iterations in the chosen generation
   worker::StagingStats stats;    // at the end
 };
 
@@ -71,7 +75,7 @@ Outcome Train(worker::Engine& e, int w, int n, int fake) {
     }
     out.iterations = it + 1;
     out.report = e.settings_report();
-    if (out.report.find("; online: partition") != std::string::npos && ++out.after_settling == 1) {
+    if (out.report.find("; online: partition") != std::string::npos && ++out.after_settling == kSettledFrom) {
       out.settled = e.staging_stats();
     }
   }
@@ -146,7 +150,9 @@ TEST(PinnedStagingTest, PeakPinnedStaysWithinTheWorkingSetWhileTheTunerSwitchesG
     EXPECT_GT(s.reused, s.allocated) << "worker " << w;
     // Once settled, a round reuses what the last one gave back: nothing is freed (a buffer more
     // where more partitions overlap than before is all that may be allocated).
-    EXPECT_EQ(s.freed, out.settled.freed) << "worker " << w;
+    EXPECT_EQ(s.freed, out.settled.freed) << "worker " << w << ": freed " << out.settled.freed << " after "
+                                          << kSettledFrom << " settled iterations, " << s.freed << " after "
+                                          << kAfterSettling;
   }
   EXPECT_TRUE(h.ShutdownAll().ok());
 }

@@ -138,3 +138,60 @@ def test_real_job_registers_the_emulated_hosts(run_job) -> None:
     assert sorted(registered) == sorted([("server", "127.0.1.1"), ("server", "127.0.1.2"),
                                          ("server", "127.0.2.1"), ("worker", "127.0.1.1"),
                                          ("worker", "127.0.1.2")]), r
+
+
+SPLIT_JOB = """
+import numpy as np
+import byteps.numpy as bps
+
+bps.init()
+rank, n = bps.rank(), bps.size()
+for step in range(2):
+    for i in range(24):  # 24 tensors of 1 MiB: one partition each
+        x = np.full(1 << 18, rank + i, dtype=np.float32)
+        got = bps.push_pull(x, average=False, name=f"w{i}")
+        assert np.all(got == sum(r + i for r in range(n))), (step, i)
+print("ALL OK", rank, flush=True)
+bps.shutdown()
+"""
+
+
+@pytest.mark.usefixtures("require_core")
+def test_real_job_splits_the_bytes_by_the_optimal_split(run_job) -> None:
+    """2 worker machines with their servers and 1 CPU machine: the scheduler places by the
+    unified architecture's split (each colocated server (n-k)/(n^2+kn-2k) = 1/4 of the bytes, the
+    CPU server 2(n-1)/(n^2+kn-2k) = 1/2), and the servers' own count of the pushes they took
+    shows it."""
+    r = run_job(2, 3, SPLIT_JOB, env={"BYTEPS_LOG_LEVEL": "INFO"}, timeout=90,
+                bpsrun_args=("--cpu-servers", "1"))
+    assert r.returncode == 0, r
+    assert r.stdout.count("ALL OK") == 2, r
+    assert ("mixed placement: the 2 servers on the 2 worker machines take 25.0% of the bytes each, "
+            "the 1 on CPU machines 50.0% each") in r.output, r
+    took = {int(s): int(b) for s, b in re.findall(r"\[server:(\d)\].*took (\d+) bytes of pushes", r.output)}
+    assert sorted(took) == [0, 1, 2], r
+    total = sum(took.values())
+    assert total >= 2 * 2 * 24 << 20, took  # every worker's pushes of both steps
+    for server, share in ((0, 0.25), (1, 0.25), (2, 0.5)):
+        assert abs(took[server] / total - share) < 0.04, (server, took)
+
+
+@pytest.mark.usefixtures("require_core")
+def test_mixed_mode_zero_keeps_equal_shares(run_job) -> None:
+    r = run_job(2, 3, SPLIT_JOB, env={"BYTEPS_LOG_LEVEL": "INFO", "BYTEPS_ENABLE_MIXED_MODE": "0"},
+                timeout=90, bpsrun_args=("--cpu-servers", "1"))
+    assert r.returncode == 0, r
+    assert "3 servers, equal shares (33.3% each): BYTEPS_ENABLE_MIXED_MODE=0" in r.output, r
+    took = {int(s): int(b) for s, b in re.findall(r"\[server:(\d)\].*took (\d+) bytes of pushes", r.output)}
+    total = sum(took.values())
+    for server in range(3):
+        assert abs(took[server] / total - 1 / 3) < 0.04, (server, took)
+
+
+@pytest.mark.usefixtures("require_core")
+def test_mixed_mode_one_without_cpu_servers_fails_naming_the_variable(run_job) -> None:
+    r = run_job(2, 2, SPLIT_JOB, env={"BYTEPS_ENABLE_MIXED_MODE": "1"}, timeout=60,
+                bpsrun_args=("--cpu-servers", "0"))
+    assert r.returncode != 0, r
+    assert "BYTEPS_ENABLE_MIXED_MODE=1, but every server runs on a worker machine" in r.output, r
+    assert not r.leftovers, r

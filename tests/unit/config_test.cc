@@ -632,8 +632,8 @@ TEST(ConfigValidate, MessageFitsAPartitionPlusHeader) {
 // Settings and Describe.
 
 TEST(ConfigSettings, TableIsWellFormed) {
-  const std::set<std::string> types = {"int",   "bytes", "bool",  "seconds",
-                                       "string", "role", "level", "ignored"};
+  const std::set<std::string> types = {"int",    "bytes", "bool",  "seconds", "string",
+                                       "role",   "level", "ignored", "Gbit/s"};
   std::set<std::string> names;
   for (const SettingInfo& s : Settings()) {
     EXPECT_TRUE(names.insert(s.name).second) << "duplicate " << s.name;

@@ -1,0 +1,90 @@
+#include "protocol/server_placement.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "protocol/mixed_split.h"
+
+namespace byteps::protocol {
+namespace {
+
+std::string Percent(double share) { return fmt::format("{:.1f}%", 100 * share); }
+
+ServerPlacement Equal(const std::vector<bool>& colocated, const std::string& why) {
+  ServerPlacement p;
+  p.colocated = colocated;
+  p.shares.assign(colocated.size(), colocated.empty() ? 0.0 : 1.0 / colocated.size());
+  p.summary = fmt::format("{} servers, equal shares ({} each): {}", colocated.size(),
+                          colocated.empty() ? "-" : Percent(p.shares[0]), why);
+  return p;
+}
+
+}  // namespace
+
+StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_hosts,
+                                       const std::vector<std::string>& server_hosts, MixedMode mode,
+                                       double cpu_rate, double worker_rate) {
+  const std::set<std::string> machines(worker_hosts.begin(), worker_hosts.end());
+  std::vector<bool> colocated;
+  std::set<std::string> colocated_hosts;
+  std::vector<std::string> cpu_hosts;
+  for (const std::string& h : server_hosts) {
+    colocated.push_back(machines.count(h) != 0);
+    if (colocated.back()) colocated_hosts.insert(h);
+    else cpu_hosts.push_back(h);
+  }
+  const int n = static_cast<int>(machines.size());
+  const int on_workers = static_cast<int>(server_hosts.size() - cpu_hosts.size());
+  const int k = static_cast<int>(cpu_hosts.size());
+  if (mode == MixedMode::kOff) return Equal(colocated, "BYTEPS_ENABLE_MIXED_MODE=0");
+  // Why this layout cannot be mixed ("" when it can).
+  std::string cannot;
+  if (on_workers == 0) {
+    cannot = fmt::format("no server runs on a worker machine (workers on {}; servers on {}): start one server on "
+                         "each worker machine (DMLC_NODE_HOST = the worker's address)",
+                         fmt::join(machines, ", "), fmt::join(server_hosts, ", "));
+  } else if (k == 0) {
+    cannot = fmt::format("every server runs on a worker machine ({}): add servers on CPU machines of their own",
+                         fmt::join(colocated_hosts, ", "));
+  } else if (on_workers != n || static_cast<int>(colocated_hosts.size()) != n) {
+    cannot = fmt::format("a mixed placement needs exactly one server on each of the {} worker machines, but {} of "
+                         "the {} servers run on {} of them: start one server per worker machine",
+                         n, on_workers, server_hosts.size(), colocated_hosts.size());
+  }
+  if (!cannot.empty()) {
+    if (mode == MixedMode::kOn) {
+      return InvalidArgument(fmt::format("BYTEPS_ENABLE_MIXED_MODE=1, but {} (or unset BYTEPS_ENABLE_MIXED_MODE)",
+                                         cannot));
+    }
+    ServerPlacement p = Equal(colocated, on_workers == 0 ? "every server on a CPU machine"
+                                         : k == 0        ? "every server on a worker machine"
+                                                         : "the layout cannot be mixed");
+    if (on_workers != 0 && k != 0) {
+      p.warning = fmt::format("servers on worker machines and on CPU machines, but {}; until then every server gets "
+                              "an equal share (BYTEPS_ENABLE_MIXED_MODE=0 says this is intended)",
+                              cannot);
+    }
+    return p;
+  }
+  BYTEPS_ASSIGN_OR_RETURN(MixedSplit split, OptimalSplit(n, k, cpu_rate, worker_rate));
+  ServerPlacement p;
+  p.colocated = colocated;
+  p.mixed = true;
+  for (bool c : colocated) p.shares.push_back(c ? split.colocated_share : split.cpu_share);
+  const std::string predicted =
+      split.time > 0 ? fmt::format("; predicted {:.3f}x ring all-reduce, {:.3f}x the CPU servers alone",
+                                   RingTime(n, worker_rate) / split.time, CpuOnlyTime(n, k, cpu_rate) / split.time)
+                     : "";
+  const std::string rates = cpu_rate == worker_rate ? ""
+                            : fmt::format("; NIC rates: CPU machines {:.3g} GB/s, worker machines {:.3g} GB/s",
+                                          cpu_rate / 1e9, worker_rate / 1e9);
+  p.summary = fmt::format(
+      "mixed placement: the {} servers on the {} worker machines take {} of the bytes each, the {} on CPU machines {} "
+      "each (the optimal split{}{})",
+      on_workers, n, Percent(split.colocated_share), k, Percent(split.cpu_share), predicted, rates);
+  return p;
+}
+
+}  // namespace byteps::protocol

@@ -1,0 +1,38 @@
+// Which kind of machine each server runs on, and so each server's share of the gradient bytes: the
+// unified architecture's mixed placement (mixed_split.h) decided from the hosts the nodes
+// registered. A server whose host is also a worker's host is colocated (it shares that machine's
+// NIC with the worker); the others run on CPU machines. Both kinds present, with one colocated
+// server per worker machine: the optimal split. Otherwise: equal shares.
+// BYTEPS_ENABLE_MIXED_MODE chooses: unset (kAuto) mixes whenever the layout allows it and falls
+// back to equal shares with a warning when both kinds are there but the layout cannot be mixed;
+// 0 (kOff) always keeps equal shares; 1 (kOn) requires a layout that can be mixed (else a named
+// error that says what to change).
+// Threading: pure functions.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace byteps::protocol {
+
+enum class MixedMode { kAuto, kOff, kOn };
+
+struct ServerPlacement {
+  std::vector<double> shares;   // per server rank, summing to 1
+  std::vector<bool> colocated;  // per server rank
+  bool mixed = false;           // the shares follow the optimal split
+  std::string summary;          // one line for the logs and `byteps info`
+  std::string warning;          // kAuto's fallback to equal shares, else empty
+};
+
+// `worker_hosts` by worker rank (one registered worker per machine; equal hosts count as one
+// machine), `server_hosts` by server rank; NIC rates in bytes/s of the CPU and worker machines
+// (equal by default: the formula's assumption). InvalidArgument under kOn for a layout that
+// cannot be mixed, naming the hosts and what to change.
+StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_hosts,
+                                       const std::vector<std::string>& server_hosts, MixedMode mode,
+                                       double cpu_rate = 1, double worker_rate = 1);
+
+}  // namespace byteps::protocol

@@ -13,7 +13,8 @@ bytes takes
   each machine's NIC carries the ring's 2(N-1)/N · b each way):
   2(N-1) α + b · 2(N-1)/(N B)
 
-with α the latency of one ring step.  Every machine is identical, so one is simulated; the links
+with α the latency of one ring step.  With ``bucket_bytes`` > 0 the grouping is torch DDP's
+instead: fixed buckets in backward order, each all-reduced as soon as its last gradient is ready.  Every machine is identical, so one is simulated; the links
 are the ring's alone (no other traffic), so no flow sharing is needed.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .events import EventLoop
-from .profiles import Profile
+from .profiles import Profile, tensors_backward
 
 MIB = 1 << 20
 
@@ -38,6 +39,8 @@ class RingConfig:
     cycle_s: float = 5e-3
     step_latency_s: float = 0.0
     flat: bool = False
+    bucket_bytes: int = 0       # > 0: torch DDP's buckets instead of Horovod's cycle (see RingBackend)
+    first_bucket_bytes: int = 1 * MIB
 
     def check(self) -> None:
         if self.n < 1 or self.gpus < 1:
@@ -68,12 +71,34 @@ class RingBackend:
 
     def setup(self, loop: EventLoop, profile: Profile, on_done: Callable[[int, int], None]) -> None:
         self.loop, self.on_done = loop, on_done
+        # DDP: gradients in backward order, a bucket closed once it reaches bucket_bytes (the
+        # first at first_bucket_bytes); a bucket is all-reduced when its last gradient is ready.
+        self.bucket_of: dict = {}
+        self.bucket_size: list = []
+        if self.cfg.bucket_bytes > 0:
+            size, limit = 0, self.cfg.first_bucket_bytes
+            for _, t, nbytes in tensors_backward(profile):
+                if size >= limit:
+                    self.bucket_size.append(size)
+                    size, limit = 0, self.cfg.bucket_bytes
+                self.bucket_of[t] = len(self.bucket_size)
+                size += nbytes
+            self.bucket_size.append(size)
+        self.filling: dict = {}
         self.waiting: list = []      # (iteration, tensor, bytes) in ready order
         self.buffers: list = []      # fused buffers not yet reduced
         self.busy = False
         self.tick_pending = False
 
     def submit(self, iteration: int, tensor: int, nbytes: int) -> None:
+        if self.cfg.bucket_bytes > 0:
+            key = (iteration, self.bucket_of[tensor])
+            items = self.filling.setdefault(key, [])
+            items.append((iteration, tensor, nbytes))
+            if sum(i[2] for i in items) >= self.bucket_size[key[1]]:
+                self.buffers.append((self.filling.pop(key), self.bucket_size[key[1]]))
+                self._next()
+            return
         self.waiting.append((iteration, tensor, nbytes))
         if not self.tick_pending:
             self.tick_pending = True

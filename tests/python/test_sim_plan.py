@@ -102,3 +102,58 @@ def test_the_byteps_command_runs_plan_without_the_binary(capsys, monkeypatch):
     rc = cli.main(["plan", *BASE, "--grad-bytes", "100M", "--compute-ms", "0", "--no-simulate"])
     assert rc == 0
     assert "use: mixed" in capsys.readouterr().out
+
+
+def test_unequal_rates_shift_the_split_toward_the_faster_cpu_machines(capsys):
+    argv = ["--workers", "8", "--nic-gbps", "10", "--cpu-machines", "2", "--grad-bytes", "1G", "--compute-ms", "0",
+            "--no-simulate", "--json"]
+    _, equal, _ = run(capsys, argv)
+    _, faster, _ = run(capsys, argv + ["--cpu-nic-gbps", "20"])
+    mixed = lambda p: [r for r in json.loads(p)["candidates"] if r["placement"] == "mixed" and r["cpu_servers"] == 2][0]
+    assert mixed(faster)["share_per_cpu_server"] > mixed(equal)["share_per_cpu_server"]
+    assert mixed(faster)["share_per_colocated_server"] < mixed(equal)["share_per_colocated_server"]
+    _, fastest, _ = run(capsys, argv + ["--cpu-nic-gbps", "80"])
+    row = mixed(fastest)
+    assert row["share_per_cpu_server"] == pytest.approx(0.5) and row["share_per_colocated_server"] == 0
+    assert "the colocated servers get none" in plan.describe(row)
+    # One 80 Gbit/s CPU machine already takes everything at the worker NIC's M / B: fewest machines.
+    assert json.loads(fastest)["recommended"]["cpu_servers"] == 1
+
+
+def test_probe_against_listen_on_loopback(capsys):
+    import threading
+
+    from byteps.sim import probe
+
+    port, ready, got = [], threading.Event(), {}
+
+    def serve():
+        got["rate"] = probe.listen(0, 10.0, "127.0.0.1", ready=lambda p: (port.append(p), ready.set()))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert ready.wait(10), "the listener did not start within 10 s"
+    rc, out, err = run(capsys, ["--workers", "2", "--gpus-per-worker", "1", "--probe", f"127.0.0.1:{port[0]}",
+                                "--probe-seconds", "0.2", "--grad-bytes", "10M", "--compute-ms", "0", "--json"])
+    t.join(10)
+    assert rc == 0, err
+    p = json.loads(out)
+    assert p["probe"]["out_gbps"] > 0.1 and p["probe"]["in_gbps"] > 0.1  # loopback: Gbit/s at least
+    assert p["nic_gbps"] == pytest.approx(min(p["probe"].values())) and p["goodput"] == 1.0
+    assert got["rate"] * 8 / 1e9 == pytest.approx(p["probe"]["out_gbps"])
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["--probe", "nohost", "--workers", "2", "--model", "vgg16"], "expected HOST:PORT"),
+    (["--probe", "127.0.0.1:1", "--workers", "2", "--model", "vgg16"], "byteps plan --listen 1"),
+    (["--probe", "127.0.0.1:1", "--nic-gbps", "10", "--workers", "2", "--model", "vgg16"], "not both"),
+    (["--listen", "0", "--probe", "127.0.0.1:1"], "not both"),
+])
+def test_probe_errors(capsys, argv, what):
+    rc, _, err = run(capsys, argv)
+    assert rc == plan.EXIT_USAGE and what in err, err
+
+
+def test_listen_gives_up_after_its_timeout(capsys):
+    rc, _, err = run(capsys, ["--listen", "0", "--listen-timeout", "0.2"])
+    assert rc == plan.EXIT_USAGE and "no probe arrived within 0.2 s" in err

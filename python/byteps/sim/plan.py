@@ -9,6 +9,9 @@ the closed forms (communication only, closed_forms.py) and by the simulator (one
 iteration with compute, placements.py).  The recommendation is the fastest simulated placement;
 within 1 % of it, the one with fewer CPU machines.  ``--no-simulate`` ranks by the formulas alone.
 Errors name the flag and what to give, and exit with status 2.
+
+``--probe HOST:PORT`` measures the rate against ``byteps plan --listen PORT`` on another worker
+machine (a few seconds of TCP each way, probe.py) instead of taking ``--nic-gbps``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import replace
 from typing import Optional, Sequence
 
 from . import closed_forms as cf
-from . import profiles
+from . import probe, profiles
 from .placements import Cluster, candidates, simulate
 
 EXIT_USAGE = 2
@@ -57,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--partition-bytes", help="byteps partition size (default: what the tuner picks)")
     ap.add_argument("--credit-bytes", help="byteps credit (default: what the tuner picks)")
     ap.add_argument("--flat-ring", action="store_true", help="ring through all GPUs (default: hierarchical)")
+    ap.add_argument("--probe", metavar="HOST:PORT", help="measure the rate to a machine running `byteps plan --listen PORT` "
+                    "(instead of --nic-gbps)")
+    ap.add_argument("--probe-seconds", type=float, default=2.0, help="seconds per direction of --probe (default 2)")
+    ap.add_argument("--listen", type=int, metavar="PORT", help="serve one --probe on PORT, print the rate, exit")
+    ap.add_argument("--listen-timeout", type=float, default=60.0, help="seconds --listen waits for the probe")
     ap.add_argument("--iterations", type=int, default=3, help="simulated iterations (steady state)")
     ap.add_argument("--no-simulate", action="store_true", help="closed forms only (instant)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -70,8 +78,20 @@ def _cluster_and_profile(a: argparse.Namespace) -> tuple[Cluster, profiles.Profi
         raise PlanError(f"--workers {a.workers}: give at least 1 worker machine")
     if a.gpus_per_worker < 1:
         raise PlanError(f"--gpus-per-worker {a.gpus_per_worker}: give at least 1")
-    if a.nic_gbps is None:
-        raise PlanError("no NIC rate: give --nic-gbps R, the worker machines' line rate in Gbit/s (e.g. 25)")
+    if a.nic_gbps is not None and a.probe is not None:
+        raise PlanError("give --nic-gbps or --probe, not both (--probe measures the rate --nic-gbps gives)")
+    if a.nic_gbps is None and a.probe is None:
+        raise PlanError("no NIC rate: give --nic-gbps R, the worker machines' line rate in Gbit/s (e.g. 25), or "
+                        "--probe HOST:PORT against `byteps plan --listen PORT` on another worker machine")
+    if a.probe is not None:
+        if not 0 < a.probe_seconds <= 60:
+            raise PlanError(f"--probe-seconds {a.probe_seconds}: give a time in (0, 60] s")
+        try:
+            out_rate, in_rate = probe.probe(a.probe, a.probe_seconds)
+        except probe.ProbeError as err:
+            raise PlanError(str(err)) from err
+        a.probed = {"out_gbps": out_rate * 8 / 1e9, "in_gbps": in_rate * 8 / 1e9}
+        a.nic_gbps, a.goodput = min(out_rate, in_rate) * 8 / 1e9, 1.0  # measured goodput: no factor on top
     if not a.nic_gbps > 0:
         raise PlanError(f"--nic-gbps {a.nic_gbps}: the NIC rate must be > 0 Gbit/s")
     if a.cpu_machines < 0:
@@ -165,14 +185,20 @@ def describe(row: dict) -> str:
         return "a server on each worker machine (colocated), equal shares"
     if row["placement"] == "cpu":
         return f"servers on {row['cpu_servers']} CPU machines only (non-colocated)"
+    if not row.get("share_per_colocated_server"):
+        return (f"mixed: {row['cpu_servers']} CPU servers + a server on each worker machine; the CPU machines are "
+                f"fast enough to take every byte, so the colocated servers get none")
     return f"mixed: {row['cpu_servers']} CPU servers + a server on each worker machine"
 
 
 def render(p: dict) -> str:
     M, n = p["grad_bytes"], p["workers"]
-    lines = [f"byteps plan: {n} worker machines x {p['gpus_per_worker']} GPUs, NIC {p['nic_gbps']:g} Gbit/s "
+    lines = [f"byteps plan: {n} worker machine{'s' if n != 1 else ''} x {p['gpus_per_worker']} GPUs, NIC {p['nic_gbps']:g} Gbit/s "
              f"(CPU machines {p['cpu_nic_gbps']:g}), {p['cpu_machines_available']} spare CPU machines; model "
              f"{p['model']}: {M / 1e6:.1f} MB of gradients, {p['compute_s'] * 1e3:.1f} ms compute per iteration"]
+    if p.get("probe"):
+        lines.append(f"probe: {p['probe']['out_gbps']:.2f} Gbit/s out, {p['probe']['in_gbps']:.2f} Gbit/s in "
+                     f"(TCP goodput); the plan uses the smaller")
     r = p["recommended"]
     lines.append(f"use: {describe(r)}")
     if "share_per_cpu_server" in r:
@@ -187,7 +213,9 @@ def render(p: dict) -> str:
                      f"{ring['iteration_s'] * 1e3:.1f} ms): {r['speedup_vs_ring']:.2f}x over ring")
     lines.append(f"  communication by the formula {r['comm_formula_s'] * 1e3:.1f} ms (ring "
                  f"{ring['comm_formula_s'] * 1e3:.1f} ms)")
-    lines.append(f"bound (formula, all {min(p['cpu_machines_available'], n)} CPU machines, communication only): "
+    used = min(p["cpu_machines_available"], n)
+    where = f"{used} CPU machine{'s' if used != 1 else ''}" if used else "no CPU machines"
+    lines.append(f"bound (formula, {where}, communication only): "
                  f"{p['bound_comm_s'] * 1e3:.1f} ms, {p['bound_speedup_vs_ring']:.2f}x over ring")
     lines.append("")
     head = f"{'placement':<10} {'CPU servers':>11} {'comm formula':>13}"
@@ -203,11 +231,25 @@ def render(p: dict) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    args.probed = None
+    if args.listen is not None:
+        if args.probe is not None:
+            print("byteps plan: error: give --listen (on one machine) or --probe (on the other), not both", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            rate = probe.listen(args.listen, args.listen_timeout)
+        except (probe.ProbeError, OSError) as err:
+            print(f"byteps plan: error: --listen {args.listen}: {err}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"byteps plan: probed: received {rate * 8 / 1e9:.2f} Gbit/s")
+        return 0
     try:
         c, prof = _cluster_and_profile(args)
         if args.iterations < 1:
             raise PlanError(f"--iterations {args.iterations}: give at least 1")
         p = plan(c, prof, not args.no_simulate, args.iterations)
+        if args.probed:
+            p["probe"] = args.probed
     except PlanError as err:
         print(f"byteps plan: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -49,3 +49,11 @@ def test_at_scale_quick_grid_and_tables():
     assert all(r["iteration_s"] >= r["compute_s"] * 0.999 and r["speedup"] > 0 for r in rows)
     md = at_scale.markdown(rows, [])
     assert "| 8 (1) | 1.0" in md and "/ - / - / -" in md  # n = 1: only k = 0 is a placement
+
+
+def test_the_plans_pick_is_the_measured_fastest_in_every_collective_setting():
+    rs = validate.rows()
+    groups = validate.rankings(rs)
+    assert len(groups) == 8
+    wrong = [g for g in groups if g["predicted_fastest"] != g["measured_fastest"]]
+    assert not wrong, wrong

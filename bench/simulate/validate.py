@@ -101,12 +101,37 @@ def rows() -> list[dict]:
     return out
 
 
+def rankings(rs: list[dict]) -> list[dict]:
+    """Per collective setting with several measured placements: what byteps plan would pick among
+    them from the simulator next to the measured fastest."""
+    groups: dict = {}
+    for r, case in zip([r for r in rs if r["bench"] == "collective"], COLLECTIVE_CASES):
+        n, placement, mib, mbit, _ = case
+        groups.setdefault((n, mib, mbit), []).append((placement, r["predicted"], r["measured"]))
+    out = []
+    for (n, mib, mbit), items in groups.items():
+        if len(items) < 2:
+            continue
+        # byteps plan's rule: within 1 % of the fastest, fewest CPU machines, ring before colocated.
+        best = min(i[1] for i in items)
+        cost = lambda p: (0 if p in ("gloo", "colocated") else int(p[2:]), p != "gloo")
+        pick = min((i for i in items if i[1] <= best * 1.01), key=lambda i: cost(i[0]))[0]
+        out.append({"setting": f"n={n} {mib} MiB @ {mbit:g} Mbit/s", "placements": [i[0] for i in items],
+                    "predicted_fastest": pick, "measured_fastest": min(items, key=lambda i: i[2])[0]})
+    return out
+
+
 def markdown(rs: list[dict]) -> str:
     lines = ["| bench | case | measured | predicted | predicted / measured time |", "|---|---|---:|---:|---:|"]
     for r in rs:
         flag = " **(>10 %)**" if abs(r["ratio"] - 1) > 0.10 else ""
         lines.append(f"| {r['bench']} | {r['case']} | {r['measured']:.3f} {r['unit']} | {r['predicted']:.3f} "
                      f"{r['unit']} | {r['ratio']:.2f}{flag} |")
+    lines += ["", "| setting | placements measured | the plan's pick (simulated) | measured fastest | same |", "|---|---|---|---|---|"]
+    for g in rankings(rs):
+        same = "yes" if g["predicted_fastest"] == g["measured_fastest"] else "**no**"
+        lines.append(f"| {g['setting']} | {', '.join(g['placements'])} | {g['predicted_fastest']} | "
+                     f"{g['measured_fastest']} | {same} |")
     return "\n".join(lines) + "\n"
 
 

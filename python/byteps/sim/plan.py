@@ -178,23 +178,27 @@ def plan(c: Cluster, prof: profiles.Profile, simulate_it: bool = True, iteration
             "bound_speedup_vs_ring": ring["comm_formula_s"] / bound if bound > 0 else 1.0, "candidates": rows}
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def describe(row: dict) -> str:
     if row["placement"] == "ring":
         return "ring all-reduce (no servers)"
     if row["placement"] == "colocated":
         return "a server on each worker machine (colocated), equal shares"
     if row["placement"] == "cpu":
-        return f"servers on {row['cpu_servers']} CPU machines only (non-colocated)"
+        return f"servers on {_n(row['cpu_servers'], 'CPU machine')} only (non-colocated)"
     if not row.get("share_per_colocated_server"):
-        return (f"mixed: {row['cpu_servers']} CPU servers + a server on each worker machine; the CPU machines are "
-                f"fast enough to take every byte, so the colocated servers get none")
-    return f"mixed: {row['cpu_servers']} CPU servers + a server on each worker machine"
+        return (f"mixed: {_n(row['cpu_servers'], 'CPU server')} + a server on each worker machine; the CPU machines "
+                f"are fast enough to take every byte, so the colocated servers get none")
+    return f"mixed: {_n(row['cpu_servers'], 'CPU server')} + a server on each worker machine"
 
 
 def render(p: dict) -> str:
     M, n = p["grad_bytes"], p["workers"]
-    lines = [f"byteps plan: {n} worker machine{'s' if n != 1 else ''} x {p['gpus_per_worker']} GPUs, NIC {p['nic_gbps']:g} Gbit/s "
-             f"(CPU machines {p['cpu_nic_gbps']:g}), {p['cpu_machines_available']} spare CPU machines; model "
+    lines = [f"byteps plan: {_n(n, 'worker machine')} x {_n(p['gpus_per_worker'], 'GPU')}, NIC {p['nic_gbps']:g} Gbit/s "
+             f"(CPU machines {p['cpu_nic_gbps']:g}), {_n(p['cpu_machines_available'], 'spare CPU machine')}; model "
              f"{p['model']}: {M / 1e6:.1f} MB of gradients, {p['compute_s'] * 1e3:.1f} ms compute per iteration"]
     if p.get("probe"):
         lines.append(f"probe: {p['probe']['out_gbps']:.2f} Gbit/s out, {p['probe']['in_gbps']:.2f} Gbit/s in "
@@ -214,7 +218,7 @@ def render(p: dict) -> str:
     lines.append(f"  communication by the formula {r['comm_formula_s'] * 1e3:.1f} ms (ring "
                  f"{ring['comm_formula_s'] * 1e3:.1f} ms)")
     used = min(p["cpu_machines_available"], n)
-    where = f"{used} CPU machine{'s' if used != 1 else ''}" if used else "no CPU machines"
+    where = _n(used, "CPU machine") if used else "no CPU machines"
     lines.append(f"bound (formula, {where}, communication only): "
                  f"{p['bound_comm_s'] * 1e3:.1f} ms, {p['bound_speedup_vs_ring']:.2f}x over ring")
     lines.append("")

@@ -1,8 +1,11 @@
-"""The ``byteps`` console command: runs the native ``byteps-core`` with the same arguments.
+"""The ``byteps`` console command.
 
-``byteps info``, ``byteps scheduler``, ``byteps server`` and ``byteps bench`` are subcommands of
-the native binary; this wrapper only finds it (see :mod:`byteps.launcher.corebin`) and replaces
-the Python process with it, so signals, exit codes and output are the binary's own.
+``byteps plan ...`` is Python (:func:`byteps.sim.plan.main`: which placement to run and the
+predicted speedup, from the simulator; no native binary needed).  Everything else (``byteps
+info``, ``byteps scheduler``, ``byteps server``, ``byteps bench``) is a subcommand of the native
+``byteps-core``: this wrapper finds it (see :mod:`byteps.launcher.corebin`) and replaces the
+Python process with it, with the same arguments, so signals, exit codes and output are the
+binary's own.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ EXIT_CANNOT_START = 127
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``byteps``; returns only when the binary cannot be started."""
+    """Entry point of ``byteps``; for the binary's subcommands returns only when it cannot be started."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "plan":
+        from .sim import plan  # noqa: PLC0415 - only this subcommand needs it
+
+        return plan.main(args[1:])
     try:
         binary = corebin.find_core_binary()
     except FileNotFoundError as err:

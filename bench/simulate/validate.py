@@ -1,0 +1,152 @@
+"""The simulator's predictions next to the testbed's measurements recorded in docs/benchmarks.md.
+
+    python3 -m bench.simulate.validate [--out bench-results/simulate]
+
+Cases (every figure below is copied from docs/benchmarks.md, the section named in "source"):
+
+* bench/collective (one push_pull of M bytes, no compute; 1 Gbit/s links for n = 2 and 4,
+  750 Mbit/s for n = 8; byteps with 256 KiB partitions and a credit of 64 partitions, 2
+  connections per server; gloo's ring all-reduce): median seconds;
+* bench/model_shaped (VGG-16 and ResNet-50 gradients, V100 compute x 20/R; n = 4 at 1 Gbit/s and
+  n = 8 at 500 Mbit/s; k = n servers, default 4096000 B partitions, credit 16 partitions;
+  byteps with priority and without, and DDP = gloo all-reduce of 25 MiB buckets with every
+  bucket waited for before the next forward): images/s, 64 per worker per iteration.
+
+The testbed's constants: TCP goodput 0.956 R; round trip 0.41 ms (docs/performance.md), so 0.2 ms
+one way; one GPU per host (no local reduce).  Ratio = predicted / measured time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+from byteps.sim import profiles
+from byteps.sim.events import train
+from byteps.sim.placements import Cluster, backend
+from byteps.sim.ring import RingBackend, RingConfig
+
+MIB = 1 << 20
+COLLECTIVE = "Collective benchmark: byteps push_pull vs gloo all_reduce vs OpenMPI ring"
+MS4 = "Model-shaped training: VGG-16 and ResNet-50 on 1 Gbit/s links, n = 4"
+MS8 = "Model-shaped training, n = 8 (500 Mbit/s links)"
+LAT = 0.2e-3
+
+# (n, placement, MiB, rate Mbit/s, measured s); placement: "k=N" CPU servers, "colocated", "gloo"
+COLLECTIVE_CASES = [
+    (4, "k=4", 16, 1000, 0.185), (4, "k=4", 64, 1000, 0.645), (4, "k=4", 256, 1000, 2.349),
+    (4, "k=2", 256, 1000, 4.672), (4, "colocated", 64, 1000, 0.888), (4, "colocated", 256, 1000, 3.551),
+    (4, "gloo", 16, 1000, 0.212), (4, "gloo", 64, 1000, 0.848), (4, "gloo", 256, 1000, 3.387),
+    (2, "k=2", 64, 1000, 0.590), (2, "k=2", 256, 1000, 2.270), (2, "colocated", 256, 1000, 2.256),
+    (2, "gloo", 64, 1000, 0.564), (2, "gloo", 256, 1000, 2.249),
+    (8, "k=8", 16, 750, 0.298), (8, "k=8", 64, 750, 1.010), (8, "k=8", 256, 750, 3.679),
+    (8, "k=4", 256, 750, 6.536), (8, "colocated", 64, 750, 1.421), (8, "colocated", 256, 750, 5.678),
+    (8, "gloo", 16, 750, 0.336), (8, "gloo", 64, 750, 1.327), (8, "gloo", 256, 750, 5.523),
+]
+# (model, n, rate Gbit/s, mode, measured img/s, source)
+MODEL_CASES = [
+    ("vgg16", 4, 1.0, "byteps", 41.9, MS4), ("vgg16", 4, 1.0, "byteps-nopriority", 35.7, MS4),
+    ("vgg16", 4, 1.0, "ddp", 27.8, MS4), ("resnet50", 4, 1.0, "byteps", 79.8, MS4),
+    ("resnet50", 4, 1.0, "byteps-nopriority", 79.6, MS4), ("resnet50", 4, 1.0, "ddp", 74.9, MS4),
+    ("vgg16", 8, 0.5, "byteps", 37.1, MS8), ("vgg16", 8, 0.5, "byteps-nopriority", 31.8, MS8),
+    ("vgg16", 8, 0.5, "ddp", 24.9, MS8), ("resnet50", 8, 0.5, "byteps", 79.9, MS8),
+    ("resnet50", 8, 0.5, "byteps-nopriority", 79.9, MS8), ("resnet50", 8, 0.5, "ddp", 75.7, MS8),
+]
+
+
+def _ring(n: int, rate_gbps: float, bucket: int = 0) -> RingBackend:
+    c = Cluster(n=n, gpus=1, worker_gbps=rate_gbps)
+    return RingBackend(RingConfig(n=n, rate=c.worker_rate, gpus=1, cycle_s=0.0, fusion_bytes=1 << 40,
+                                  step_latency_s=LAT, bucket_bytes=bucket))
+
+
+def collective(n: int, placement: str, mib: int, mbit: float) -> float:
+    prof = profiles.single_tensor(mib * MIB)
+    if placement == "gloo":
+        b = _ring(n, mbit / 1e3)
+        return train(prof, b, 1).iteration_s
+    k = n if placement == "colocated" else int(placement[2:])
+    c = Cluster(n=n, gpus=1, worker_gbps=mbit / 1e3, k=0 if placement == "colocated" else k, latency_s=LAT,
+                partition_bytes=256 * 1024, credit_bytes=64 * 256 * 1024, sum_gbps=100.0)
+    b = backend(c, "colocated" if placement == "colocated" else "cpu")
+    b.cfg.connections = 2
+    return train(prof, b, 1, network=b.network()).iteration_s
+
+
+def model_shaped(model: str, n: int, gbps: float, mode: str) -> float:
+    prof = profiles.load(model).scaled(20.0 / gbps)
+    if mode == "ddp":
+        b = _ring(n, gbps, bucket=25 * MIB)
+        return 64 * n / train(prof, b, 3, barrier="step").iteration_s
+    c = Cluster(n=n, gpus=1, worker_gbps=gbps, k=n, latency_s=LAT, partition_bytes=4_096_000,
+                credit_bytes=16 * 4_096_000, priority=(mode == "byteps"))
+    b = backend(c, "cpu")
+    b.cfg.connections = 2
+    return 64 * n / train(prof, b, 3, network=b.network()).iteration_s
+
+
+def rows() -> list[dict]:
+    out = []
+    for n, placement, mib, mbit, measured in COLLECTIVE_CASES:
+        t = collective(n, placement, mib, mbit)
+        out.append({"bench": "collective", "case": f"n={n} {placement} {mib} MiB @ {mbit:g} Mbit/s",
+                    "unit": "s", "measured": measured, "predicted": t, "ratio": t / measured, "source": COLLECTIVE})
+    for model, n, gbps, mode, measured in [c[:5] for c in MODEL_CASES]:
+        ips = model_shaped(model, n, gbps, mode)
+        src = next(c[5] for c in MODEL_CASES if c[:4] == (model, n, gbps, mode))
+        out.append({"bench": "model_shaped", "case": f"{model} n={n} {mode} @ {gbps:g} Gbit/s", "unit": "img/s",
+                    "measured": measured, "predicted": ips, "ratio": measured / ips, "source": src})
+    return out
+
+
+def rankings(rs: list[dict]) -> list[dict]:
+    """Per collective setting with several measured placements: what byteps plan would pick among
+    them from the simulator next to the measured fastest."""
+    groups: dict = {}
+    for r, case in zip([r for r in rs if r["bench"] == "collective"], COLLECTIVE_CASES):
+        n, placement, mib, mbit, _ = case
+        groups.setdefault((n, mib, mbit), []).append((placement, r["predicted"], r["measured"]))
+    out = []
+    for (n, mib, mbit), items in groups.items():
+        if len(items) < 2:
+            continue
+        # byteps plan's rule: within 1 % of the fastest, fewest CPU machines, ring before colocated.
+        best = min(i[1] for i in items)
+        cost = lambda p: (0 if p in ("gloo", "colocated") else int(p[2:]), p != "gloo")
+        pick = min((i for i in items if i[1] <= best * 1.01), key=lambda i: cost(i[0]))[0]
+        out.append({"setting": f"n={n} {mib} MiB @ {mbit:g} Mbit/s", "placements": [i[0] for i in items],
+                    "predicted_fastest": pick, "measured_fastest": min(items, key=lambda i: i[2])[0]})
+    return out
+
+
+def markdown(rs: list[dict]) -> str:
+    lines = ["| bench | case | measured | predicted | predicted / measured time |", "|---|---|---:|---:|---:|"]
+    for r in rs:
+        flag = " **(>10 %)**" if abs(r["ratio"] - 1) > 0.10 else ""
+        lines.append(f"| {r['bench']} | {r['case']} | {r['measured']:.3f} {r['unit']} | {r['predicted']:.3f} "
+                     f"{r['unit']} | {r['ratio']:.2f}{flag} |")
+    lines += ["", "| setting | placements measured | the plan's pick (simulated) | measured fastest | same |", "|---|---|---|---|---|"]
+    for g in rankings(rs):
+        same = "yes" if g["predicted_fastest"] == g["measured_fastest"] else "**no**"
+        lines.append(f"| {g['setting']} | {', '.join(g['placements'])} | {g['predicted_fastest']} | "
+                     f"{g['measured_fastest']} | {same} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("bench-results/simulate"))
+    args = ap.parse_args(argv)
+    rs = rows()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "validate.json").write_text(json.dumps(rs, indent=1) + "\n")
+    md = markdown(rs)
+    (args.out / "validate.md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

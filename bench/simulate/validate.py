@@ -6,7 +6,9 @@ Cases (every figure below is copied from docs/benchmarks.md, the section named i
 
 * bench/collective (one push_pull of M bytes, no compute; 1 Gbit/s links for n = 2 and 4,
   750 Mbit/s for n = 8; byteps with 256 KiB partitions and a credit of 64 partitions, 2
-  connections per server; gloo's ring all-reduce): median seconds;
+  connections per server; gloo's ring all-reduce): median seconds; placements "k=N" (N CPU
+  server machines), "colocated", "mixed:N" (N CPU machines plus a server on each worker machine,
+  the optimal split), "gloo";
 * bench/model_shaped (VGG-16 and ResNet-50 gradients, V100 compute x 20/R; n = 4 at 1 Gbit/s and
   n = 8 at 500 Mbit/s; k = n servers, default 4096000 B partitions, credit 16 partitions;
   byteps with priority and without, and DDP = gloo all-reduce of 25 MiB buckets with every
@@ -30,11 +32,13 @@ from byteps.sim.ring import RingBackend, RingConfig
 
 MIB = 1 << 20
 COLLECTIVE = "Collective benchmark: byteps push_pull vs gloo all_reduce vs OpenMPI ring"
+MIXED = "Mixed placement: servers on worker and CPU machines (issue 30)"
 MS4 = "Model-shaped training: VGG-16 and ResNet-50 on 1 Gbit/s links, n = 4"
 MS8 = "Model-shaped training, n = 8 (500 Mbit/s links)"
 LAT = 0.2e-3
 
-# (n, placement, MiB, rate Mbit/s, measured s); placement: "k=N" CPU servers, "colocated", "gloo"
+# (n, placement, MiB, rate Mbit/s, measured s[, source section: COLLECTIVE unless given]); placement:
+# "k=N" CPU servers, "mixed:N", "colocated", "gloo"
 COLLECTIVE_CASES = [
     (4, "k=4", 16, 1000, 0.185), (4, "k=4", 64, 1000, 0.645), (4, "k=4", 256, 1000, 2.349),
     (4, "k=2", 256, 1000, 4.672), (4, "colocated", 64, 1000, 0.888), (4, "colocated", 256, 1000, 3.551),
@@ -44,6 +48,9 @@ COLLECTIVE_CASES = [
     (8, "k=8", 16, 750, 0.298), (8, "k=8", 64, 750, 1.010), (8, "k=8", 256, 750, 3.679),
     (8, "k=4", 256, 750, 6.536), (8, "colocated", 64, 750, 1.421), (8, "colocated", 256, 750, 5.678),
     (8, "gloo", 16, 750, 0.336), (8, "gloo", 64, 750, 1.327), (8, "gloo", 256, 750, 5.523),
+    # Mixed placement (issue 30): medians of 3 runs, default settings (128 KiB partitions chosen).
+    (4, "mixed:2", 100, 1000, 1.1116, MIXED), (4, "mixed:1", 100, 1000, 1.2181, MIXED),
+    (4, "k=2", 100, 1000, 1.9274, MIXED), (4, "colocated", 100, 1000, 1.3435, MIXED), (4, "gloo", 100, 1000, 1.3210, MIXED),
 ]
 # (model, n, rate Gbit/s, mode, measured img/s, source)
 MODEL_CASES = [
@@ -62,15 +69,25 @@ def _ring(n: int, rate_gbps: float, bucket: int = 0) -> RingBackend:
                                   step_latency_s=LAT, bucket_bytes=bucket))
 
 
+def _cpu_machines(placement: str) -> int:
+    """CPU server machines of a placement label: "k=N" (CPU servers only), "mixed:N" (N CPU servers
+    plus one on each worker machine); 0 for ring and colocated."""
+    if placement.startswith("k="):
+        return int(placement[2:])
+    if placement.startswith("mixed:"):
+        return int(placement[6:])
+    return 0
+
+
 def collective(n: int, placement: str, mib: int, mbit: float) -> float:
     prof = profiles.single_tensor(mib * MIB)
     if placement == "gloo":
         b = _ring(n, mbit / 1e3)
         return train(prof, b, 1).iteration_s
-    k = n if placement == "colocated" else int(placement[2:])
+    k = n if placement == "colocated" else _cpu_machines(placement)
     c = Cluster(n=n, gpus=1, worker_gbps=mbit / 1e3, k=0 if placement == "colocated" else k, latency_s=LAT,
                 partition_bytes=256 * 1024, credit_bytes=64 * 256 * 1024, sum_gbps=100.0)
-    b = backend(c, "colocated" if placement == "colocated" else "cpu")
+    b = backend(c, "colocated" if placement == "colocated" else "mixed" if placement.startswith("mixed") else "cpu")
     b.cfg.connections = 2
     return train(prof, b, 1, network=b.network()).iteration_s
 
@@ -89,10 +106,11 @@ def model_shaped(model: str, n: int, gbps: float, mode: str) -> float:
 
 def rows() -> list[dict]:
     out = []
-    for n, placement, mib, mbit, measured in COLLECTIVE_CASES:
+    for n, placement, mib, mbit, measured, *source in COLLECTIVE_CASES:
         t = collective(n, placement, mib, mbit)
         out.append({"bench": "collective", "case": f"n={n} {placement} {mib} MiB @ {mbit:g} Mbit/s",
-                    "unit": "s", "measured": measured, "predicted": t, "ratio": t / measured, "source": COLLECTIVE})
+                    "unit": "s", "measured": measured, "predicted": t, "ratio": t / measured,
+                    "source": source[0] if source else COLLECTIVE})
     for model, n, gbps, mode, measured in [c[:5] for c in MODEL_CASES]:
         ips = model_shaped(model, n, gbps, mode)
         src = next(c[5] for c in MODEL_CASES if c[:4] == (model, n, gbps, mode))
@@ -106,7 +124,7 @@ def rankings(rs: list[dict]) -> list[dict]:
     them from the simulator next to the measured fastest."""
     groups: dict = {}
     for r, case in zip([r for r in rs if r["bench"] == "collective"], COLLECTIVE_CASES):
-        n, placement, mib, mbit, _ = case
+        n, placement, mib, mbit = case[:4]
         groups.setdefault((n, mib, mbit), []).append((placement, r["predicted"], r["measured"]))
     out = []
     for (n, mib, mbit), items in groups.items():
@@ -114,7 +132,7 @@ def rankings(rs: list[dict]) -> list[dict]:
             continue
         # byteps plan's rule: within 1 % of the fastest, fewest CPU machines, ring before colocated.
         best = min(i[1] for i in items)
-        cost = lambda p: (0 if p in ("gloo", "colocated") else int(p[2:]), p != "gloo")
+        cost = lambda p: (_cpu_machines(p), p != "gloo")
         pick = min((i for i in items if i[1] <= best * 1.01), key=lambda i: cost(i[0]))[0]
         out.append({"setting": f"n={n} {mib} MiB @ {mbit:g} Mbit/s", "placements": [i[0] for i in items],
                     "predicted_fastest": pick, "measured_fastest": min(items, key=lambda i: i[2])[0]})

@@ -3,6 +3,7 @@
 //   byteps info                 print the effective configuration, and the partition size and
 //                               credit this job's running workers on this host chose, with why
 //   byteps bench [...]          push-pull sweep as a worker of the job (see bench_cmd.h)
+//   (`byteps plan` is the Python wrapper's own: python/byteps/sim/plan.py)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -86,6 +87,8 @@ void PrintChosenSettings(const byteps::config::Config& c) {
 int main(int argc, char** argv) {
   CLI::App app{"byteps: parameter-server communication for distributed training"};
   app.require_subcommand(1);
+  app.footer("plan: which placement to run (CPU servers, colocated or mixed) and the predicted speedup over ring "
+             "all-reduce; run by the Python `byteps` command: byteps plan --help");
   auto* sched = app.add_subcommand("scheduler", "run the scheduler (DMLC_PS_ROOT_PORT, DMLC_NUM_WORKER, DMLC_NUM_SERVER)");
   auto* server = app.add_subcommand("server", "run a summation server until the job ends");
   auto* info = app.add_subcommand("info", "print the effective configuration");

@@ -58,6 +58,8 @@ import math
 import re
 from typing import Iterable, Mapping, Optional, Sequence
 
+from byteps.sim.ps import split_partitions  # the core's partitioner, as the simulator models it
+
 TCP_GOODPUT_FACTOR = 0.956  # the same constant as tools.testbed.netns (kept pure here)
 SEPARATE, COLOCATED, MIXED = "separate", "colocated", "mixed"
 PLACEMENTS = (SEPARATE, COLOCATED, MIXED)
@@ -132,22 +134,6 @@ def ps_time(nbytes: float, n: int, k: int, goodput: float, placement: str = SEPA
 
 # --------------------------------------------------------------------------------------------
 # Flow-level simulation of one byteps push_pull (the estimate printed as est_s)
-
-
-def split_partitions(nbytes: int, partition_bytes: int, elem_size: int = 4) -> list[int]:
-    """Partition lengths as the core's Partitioner makes them (src/worker/planning/partitioner.cc):
-    ceil(M / P) equal partitions in whole elements, the last one takes the remainder."""
-    if nbytes <= 0:
-        return [0]
-    step = max(elem_size, partition_bytes // elem_size * elem_size)
-    count = -(-nbytes // step)
-    per = -(-(nbytes // elem_size) // count)
-    out, offset = [], 0
-    while len(out) < count and offset < nbytes:
-        length = min(per * elem_size, nbytes - offset)
-        out.append(length)
-        offset += length
-    return out
 
 
 def assign_servers(lengths: Sequence[int], k: int, loads: Optional[list[int]] = None,

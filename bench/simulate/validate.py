@@ -51,6 +51,9 @@ COLLECTIVE_CASES = [
     # Mixed placement (issue 30): medians of 3 runs, default settings (128 KiB partitions chosen).
     (4, "mixed:2", 100, 1000, 1.1116, MIXED), (4, "mixed:1", 100, 1000, 1.2181, MIXED),
     (4, "k=2", 100, 1000, 1.9274, MIXED), (4, "colocated", 100, 1000, 1.3435, MIXED), (4, "gloo", 100, 1000, 1.3210, MIXED),
+    # one run each (n = 8: 12 emulated hosts on 2 cores)
+    (2, "mixed:1", 100, 1000, 0.8888, MIXED), (2, "gloo", 100, 1000, 0.8784, MIXED),
+    (8, "mixed:1", 100, 1000, 1.5209, MIXED), (8, "mixed:4", 100, 1000, 1.2868, MIXED), (8, "gloo", 100, 1000, 1.5458, MIXED),
 ]
 # (model, n, rate Gbit/s, mode, measured img/s, source)
 MODEL_CASES = [

@@ -56,9 +56,15 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
-from byteps.sim.ps import split_partitions  # the core's partitioner, as the simulator models it
+_PYTHON = Path(__file__).resolve().parents[2] / "python"  # this checkout's byteps, whoever imports us
+if str(_PYTHON) not in sys.path:
+    sys.path.insert(0, str(_PYTHON))
+
+from byteps.sim.ps import split_partitions  # noqa: E402  the core's partitioner, as the simulator models it
 
 TCP_GOODPUT_FACTOR = 0.956  # the same constant as tools.testbed.netns (kept pure here)
 SEPARATE, COLOCATED, MIXED = "separate", "colocated", "mixed"

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Sequence
 
 REPO = Path(__file__).resolve().parents[2]
-for _path in (REPO / "python", REPO):  # byteps (its simulator's partitioner), tools and bench of this checkout
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 from bench.collective import model  # noqa: E402
 

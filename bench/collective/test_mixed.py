@@ -105,3 +105,16 @@ def test_mixed_estimate_follows_the_split():
     shares = [0.0, 0.0, 0.5, 0.5]
     assert set(model.assign_servers([MIB] * 8, 4, loads, shares)) == {2, 3}
     assert loads == [0, 0, 4 * MIB, 4 * MIB]
+
+
+@pytest.mark.parametrize("module", ["bench.collective.run", "bench.model_shaped.run_testbed", "bench.sweep.run"])
+def test_the_runners_import_without_pythonpath(module):
+    """model.py takes its partitioner from byteps.sim: every runner must import as
+    `python3 -m <module>` from the repository root with no PYTHONPATH set."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

@@ -57,6 +57,12 @@ def test_the_mixed_placement_cases_within_10_percent():
         assert validate.collective(n, placement, mib, mbit) == pytest.approx(measured, rel=0.10), case
 
 
+def test_the_mixed_model_shaped_cases_within_10_percent():
+    for model, n, gbps, mode, measured, source in validate.MODEL_CASES:
+        if source == validate.MIXED:
+            assert validate.model_shaped(model, n, gbps, mode) == pytest.approx(measured, rel=0.10), mode
+
+
 def test_the_plans_pick_is_the_measured_fastest_in_every_collective_setting():
     rs = validate.rows()
     groups = validate.rankings(rs)

@@ -63,6 +63,9 @@ MODEL_CASES = [
     ("vgg16", 8, 0.5, "byteps", 37.1, MS8), ("vgg16", 8, 0.5, "byteps-nopriority", 31.8, MS8),
     ("vgg16", 8, 0.5, "ddp", 24.9, MS8), ("resnet50", 8, 0.5, "byteps", 79.9, MS8),
     ("resnet50", 8, 0.5, "byteps-nopriority", 79.9, MS8), ("resnet50", 8, 0.5, "ddp", 75.7, MS8),
+    # the mixed placement with default settings (run_testbed --defaults --k n/2,mixed:2), one run
+    ("vgg16", 4, 1.0, "defaults-mixed:2", 44.2, MIXED), ("vgg16", 4, 1.0, "defaults-k=2", 26.6, MIXED),
+    ("vgg16", 4, 1.0, "ddp", 28.5, MIXED),
 ]
 
 
@@ -100,6 +103,12 @@ def model_shaped(model: str, n: int, gbps: float, mode: str) -> float:
     if mode == "ddp":
         b = _ring(n, gbps, bucket=25 * MIB)
         return 64 * n / train(prof, b, 3, barrier="step").iteration_s
+    if mode.startswith("defaults-"):  # run_testbed --defaults: the tuner's partition and credit
+        placement, k = ("mixed", int(mode[15:])) if mode.startswith("defaults-mixed:") else ("cpu", int(mode[11:]))
+        c = Cluster(n=n, gpus=1, worker_gbps=gbps, k=k, latency_s=LAT)
+        b = backend(c, placement)
+        b.cfg.connections = 2
+        return 64 * n / train(prof, b, 3, network=b.network()).iteration_s
     c = Cluster(n=n, gpus=1, worker_gbps=gbps, k=n, latency_s=LAT, partition_bytes=4_096_000,
                 credit_bytes=16 * 4_096_000, priority=(mode == "byteps"))
     b = backend(c, "cpu")
@@ -114,9 +123,8 @@ def rows() -> list[dict]:
         out.append({"bench": "collective", "case": f"n={n} {placement} {mib} MiB @ {mbit:g} Mbit/s",
                     "unit": "s", "measured": measured, "predicted": t, "ratio": t / measured,
                     "source": source[0] if source else COLLECTIVE})
-    for model, n, gbps, mode, measured in [c[:5] for c in MODEL_CASES]:
+    for model, n, gbps, mode, measured, src in MODEL_CASES:
         ips = model_shaped(model, n, gbps, mode)
-        src = next(c[5] for c in MODEL_CASES if c[:4] == (model, n, gbps, mode))
         out.append({"bench": "model_shaped", "case": f"{model} n={n} {mode} @ {gbps:g} Gbit/s", "unit": "img/s",
                     "measured": measured, "predicted": ips, "ratio": measured / ips, "source": src})
     return out

@@ -354,4 +354,17 @@ StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::p
   return index;
 }
 
+// The scheduler's placement of the servers' shares (RegisterReply), for `byteps info` and bench.
+std::vector<double> Engine::server_shares() const {
+  return cluster_ ? cluster_->server_shares() : std::vector<double>{};
+}
+
+std::string Engine::placement_report() const {
+  const std::vector<double> s = server_shares();
+  if (s.empty()) return "";
+  std::string shares;
+  for (size_t i = 0; i < s.size(); ++i) shares += fmt::format("{}server {} {:.1f}%", i ? ", " : "", i, 100 * s[i]);
+  return fmt::format("{} [{}]", cluster_->placement(), shares);
+}
+
 }  // namespace byteps::worker

@@ -383,18 +383,6 @@ size_t Engine::credit_bytes() const {
   return credit_bytes_;
 }
 
-std::vector<double> Engine::server_shares() const {
-  return cluster_ ? cluster_->server_shares() : std::vector<double>{};
-}
-
-std::string Engine::placement_report() const {
-  if (!cluster_ || cluster_->server_shares().empty()) return "";
-  std::string shares;
-  const auto& s = cluster_->server_shares();
-  for (size_t i = 0; i < s.size(); ++i) shares += fmt::format("{}server {} {:.1f}%", i ? ", " : "", i, 100 * s[i]);
-  return fmt::format("{} [{}]", cluster_->placement(), shares);
-}
-
 StagingStats Engine::staging_stats() const { return pipelines_ ? pipelines_->staging_stats() : StagingStats{}; }
 
 bool Engine::settings_settled() const {

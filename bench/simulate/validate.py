@@ -66,7 +66,20 @@ MODEL_CASES = [
     # the mixed placement with default settings (run_testbed --defaults --k n/2,mixed:2), one run
     ("vgg16", 4, 1.0, "defaults-mixed:2", 44.2, MIXED), ("vgg16", 4, 1.0, "defaults-k=2", 26.6, MIXED),
     ("vgg16", 4, 1.0, "ddp", 28.5, MIXED),
+    ("resnet50", 4, 1.0, "defaults-mixed:2", 77.4, MIXED), ("resnet50", 4, 1.0, "defaults-k=2", 80.0, MIXED),
+    ("resnet50", 4, 1.0, "ddp", 76.9, MIXED),
+    ("vgg16", 8, 0.5, "defaults-mixed:4", 37.5, MIXED), ("vgg16", 8, 0.5, "defaults-k=4", 21.1, MIXED),
+    ("vgg16", 8, 0.5, "ddp", 25.2, MIXED),
 ]
+
+# Model-shaped cases of the mixed placement's section off by more than 10 %, with the reason
+# (docs/simulator.md lists them; bench/simulate/test_simulate.py checks that every other mixed case
+# is within 10 % and that these are still off, so the list stays true).
+MIXED_MODEL_OFF = {
+    ("vgg16", 8, "defaults-mixed:4"): "n = 8: 12 emulated hosts and 8 training processes on 2 cores",
+    ("vgg16", 8, "defaults-k=4"): "n = 8: 12 emulated hosts and 8 training processes on 2 cores; 4 server "
+                                  "processes sum every byte",
+}
 
 
 def _ring(n: int, rate_gbps: float, bucket: int = 0) -> RingBackend:

@@ -66,11 +66,23 @@ StatusOr<std::shared_ptr<transport::Connection>> NameClient::OpenConnection(doub
 }
 
 StatusOr<protocol::NamePlan> NameClient::Resolve(const protocol::NameRequest& r) {
+  BYTEPS_ASSIGN_OR_RETURN(
+      protocol::NameReply reply,
+      Ask(r, fmt::format("the name service's plan of tensor '{}' (incarnation {}, generation {})", r.name,
+                         r.incarnation, r.generation)));
+  return std::move(reply.plan);
+}
+
+StatusOr<protocol::NameReply> NameClient::ReportServerProbe(const std::vector<double>& seconds, size_t bytes) {
+  protocol::NameRequest r;
+  r.probe_seconds = seconds;
+  r.probe_bytes = bytes;
+  return Ask(r, "the scheduler's placement after the start-up probe of the servers");
+}
+
+StatusOr<protocol::NameReply> NameClient::Ask(const protocol::NameRequest& r, const std::string& what) {
   const auto deadline = SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                                  std::chrono::duration<double>(options_.timeout_s));
-  const std::string what =
-      fmt::format("the name service's plan of tensor '{}' (incarnation {}, generation {})", r.name, r.incarnation,
-                  r.generation);
   const std::string payload = protocol::Encode(r);
   uint64_t id;
   {
@@ -92,7 +104,7 @@ StatusOr<protocol::NamePlan> NameClient::Resolve(const protocol::NameRequest& r)
       if (pending_[id]) {
         protocol::NameReply reply = std::move(*pending_[id]);
         pending_.erase(id);
-        if (reply.error.empty()) return std::move(reply.plan);
+        if (reply.error.empty()) return reply;
         const auto code = static_cast<StatusCode>(reply.error_code);
         return Status(code == StatusCode::kOk ? StatusCode::kInternal : code, reply.error).WithContext(what);
       }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "protocol/control.h"
@@ -36,6 +37,9 @@ class NameClient : public transport::Handler {
   // The scheduler's plan for `r`. Errors name the tensor: the scheduler's refusal (its code), or
   // Unavailable / DeadlineExceeded when no answer came within timeout_s.
   StatusOr<protocol::NamePlan> Resolve(const protocol::NameRequest& r);
+  // The start-up probe's wire time per server (NameRequest::probe_seconds); the answer carries the
+  // servers' shares from now on and the scheduler's account of them. Errors as Resolve's.
+  StatusOr<protocol::NameReply> ReportServerProbe(const std::vector<double>& seconds, size_t bytes);
   // The job failed (e.g. the scheduler is gone for good): every waiting and later Resolve fails
   // at once with `why` instead of waiting for its deadline. Never blocks (callable under locks,
   // from any thread, the transport's I/O threads included).
@@ -46,6 +50,8 @@ class NameClient : public transport::Handler {
   void OnClose(transport::Connection& c, const Status& reason) override;
 
  private:
+  // Sends `r`, waits for its reply (see Resolve); `what` prefixes the errors.
+  StatusOr<protocol::NameReply> Ask(const protocol::NameRequest& r, const std::string& what);
   // The connection, opened if there is none (under connect_mu_, not mu_).
   StatusOr<std::shared_ptr<transport::Connection>> OpenConnection(double timeout_s);
 

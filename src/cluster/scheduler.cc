@@ -168,6 +168,17 @@ std::string Scheduler::HandleNameRequestLocked(const std::string& payload) {
     reply.error_code = static_cast<uint64_t>(req.status().code());
     return protocol::Encode(reply);
   }
+  if (!req->probe_seconds.empty()) {
+    auto placed = PlaceFromProbeLocked(*req);
+    if (placed.ok()) {
+      reply.shares = placement_.shares;
+      reply.placement = placement_.summary;
+    } else {
+      reply.error = placed.message();
+      reply.error_code = static_cast<uint64_t>(placed.code());
+    }
+    return protocol::Encode(reply);
+  }
   auto plan = names_.Plan(*req);
   if (plan.ok()) {
     reply.plan = std::move(plan.value());

@@ -100,6 +100,10 @@ class Scheduler : public transport::Handler {
   // The servers' shares from the registered hosts and NIC rates (ranks assigned); the job's error
   // for a layout BYTEPS_ENABLE_MIXED_MODE=1 cannot mix.
   StatusOr<protocol::ServerPlacement> PlaceServersLocked(const std::vector<Node*>& order) const;
+  // A worker's start-up probe report (NameRequest::probe_seconds): the placement from the measured
+  // rates (protocol::PlaceFromProbe) for what is placed from now on; the first report decides, later
+  // ones get the same answer. Errors: before the rendezvous, or a report that does not fit the job.
+  Status PlaceFromProbeLocked(const protocol::NameRequest& r);
   void FailJobLocked(const Status& reason, const protocol::NodeInfo* dead, Outbox* out);
   // A registration (not a rejoin) was answered and the answer sent.
   void NoteRegistrationAnswered(const std::string& payload);
@@ -128,6 +132,7 @@ class Scheduler : public transport::Handler {
   std::vector<protocol::NodeInfo> table_;  // the address table sent at rendezvous
   protocol::NamePlanner names_;  // given the servers' shares at the rendezvous
   protocol::ServerPlacement placement_;
+  bool probed_ = false;  // a start-up probe's report placed the servers (PlaceFromProbeLocked)
   // Nodes whose connection dropped: they have until `deadline` to rejoin (after the rendezvous)
   // or to register again (before it; then they hold no slot).
   struct LostNode {

@@ -260,6 +260,23 @@ StatusOr<protocol::ServerPlacement> Scheduler::PlaceServersLocked(const std::vec
   return protocol::PlaceServers(worker_hosts, server_hosts, options_.mixed_mode, cpu_rate, worker_rate);
 }
 
+Status Scheduler::PlaceFromProbeLocked(const protocol::NameRequest& r) {
+  if (!rendezvous_done_) {
+    return Precondition("a start-up probe's report reached the scheduler before the rendezvous completed");
+  }
+  if (probed_) return Status::Ok();  // the first report decided; everyone gets its answer
+  std::vector<std::string> worker_hosts, server_hosts;
+  for (const protocol::NodeInfo& n : table_) (n.role == "worker" ? worker_hosts : server_hosts).push_back(n.host);
+  protocol::ProbeTimes probe{r.probe_seconds, static_cast<double>(r.probe_bytes)};
+  BYTEPS_ASSIGN_OR_RETURN(protocol::ServerPlacement placed,
+                          protocol::PlaceFromProbe(worker_hosts, server_hosts, options_.mixed_mode, probe));
+  probed_ = true;
+  if (placed.shares != placement_.shares) names_.SetShares(placed.shares);  // what is placed from now on
+  placement_ = std::move(placed);
+  BYTEPS_LOG(Info, "after the start-up probe: {}", placement_.summary);
+  return Status::Ok();
+}
+
 std::string Scheduler::MissingLocked() const {
   std::string out;
   for (const char* role : {"worker", "server"}) {

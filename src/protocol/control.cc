@@ -243,7 +243,8 @@ StatusOr<KeyInit> DecodeKeyInit(const std::string& payload) {
 std::string Encode(const NameRequest& m) {
   return Dump(json{{"name", m.name},   {"incarnation", m.incarnation}, {"generation", m.generation},
                    {"sized", m.sized}, {"bytes", m.bytes},             {"dtype", m.dtype},
-                   {"partition_bytes", m.partition_bytes}, {"whole", m.whole}, {"spread", m.spread}});
+                   {"partition_bytes", m.partition_bytes}, {"whole", m.whole}, {"spread", m.spread},
+                   {"server", m.server}, {"probe_seconds", m.probe_seconds}, {"probe_bytes", m.probe_bytes}});
 }
 
 std::string Encode(const NameReply& m) {
@@ -260,7 +261,9 @@ std::string Encode(const NameReply& m) {
                    {"sized", p.sized},
                    {"bytes", p.bytes},
                    {"dtype", p.dtype},
-                   {"partitions", parts}});
+                   {"partitions", parts},
+                   {"shares", m.shares},
+                   {"placement", m.placement}});
 }
 
 StatusOr<NameRequest> DecodeNameRequest(const std::string& payload) {
@@ -269,7 +272,10 @@ StatusOr<NameRequest> DecodeNameRequest(const std::string& payload) {
         .Bool("sized", &m.sized).Int("bytes", &m.bytes).Int("dtype", &m.dtype)
         .Int("partition_bytes", &m.partition_bytes)
         .OptionalBool("whole", &m.whole)     // absent: may be split
-        .OptionalBool("spread", &m.spread);  // absent: placed by bytes
+        .OptionalBool("spread", &m.spread)   // absent: placed by bytes
+        .OptionalInt("server", &m.server)    // absent: -1, placed by bytes
+        .OptionalDoubles("probe_seconds", &m.probe_seconds)  // absent: a tensor's request
+        .OptionalInt("probe_bytes", &m.probe_bytes);
   });
 }
 
@@ -279,7 +285,9 @@ StatusOr<NameReply> DecodeNameReply(const std::string& payload) {
     f.String("error", &m.error).Int("error_code", &m.error_code).String("name", &p.name)
         .Int("incarnation", &p.incarnation).Int("generation", &p.generation).Int("index", &p.index)
         .Int("declared_key", &p.declared_key).Bool("sized", &p.sized).Int("bytes", &p.bytes).Int("dtype", &p.dtype)
-        .Partitions("partitions", &p.partitions);
+        .Partitions("partitions", &p.partitions)
+        .OptionalDoubles("shares", &m.shares)         // absent: not a probe's answer
+        .OptionalString("placement", &m.placement);
   });
 }
 

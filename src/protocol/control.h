@@ -112,6 +112,16 @@ struct NameRequest {
   // sized: one partition per server, partition i on server i (the join key: every server must see
   // it); bytes must be a multiple of the number of servers' elements. Absent on the wire: false.
   bool spread = false;
+  // sized: every partition on server `server` (the start-up probe of one server's links: a tensor
+  // with the attribute kAttrServer); the loads stay. Absent on the wire: -1, placed by bytes.
+  int server = -1;
+  // Not a tensor's plan but the start-up probe's measurement, for the servers' placement
+  // (server_placement.h PlaceFromProbe): probe_seconds[s] is the wire time of this worker's fastest
+  // push_pull of probe_bytes pinned to server s (less that server's round trip). The first report
+  // decides; every report is answered with NameReply.shares and .placement. Absent: empty (a
+  // tensor's request).
+  std::vector<double> probe_seconds;
+  uint64_t probe_bytes = 0;
 };
 
 struct NamePartition {
@@ -140,6 +150,10 @@ struct NameReply {
   std::string error;  // non-empty: no plan (e.g. too many partitions); names the tensor
   uint64_t error_code = 0;  // its StatusCode
   NamePlan plan;
+  // A probe report's answer (NameRequest::probe_seconds): each server's share from now on and the
+  // scheduler's account of it. Absent: empty.
+  std::vector<double> shares;
+  std::string placement;
 };
 
 // Parses "k1=v1;k2=v2" (empty items skipped; an item without '=' is a key with value ""), in order.
@@ -149,6 +163,9 @@ std::vector<std::pair<std::string, std::string>> ParseAttrs(const std::string& a
 // ranks). The servers complete a round of such a key when every member pushed it, and refuse a
 // push from any other worker. Absent: every worker is a member.
 inline constexpr const char* kAttrMembers = "members";
+// The attribute that pins every partition of a tensor to one server: "server=2" (a server rank).
+// The start-up probe's per-server push_pulls use it (tuning/startup_agreement.h).
+inline constexpr const char* kAttrServer = "server";
 // The attribute "join": what a key's rounds do while a worker has joined (join()). Absent: count it
 // as zeros (allreduces). "fail": the round fails (kMismatch; a reducescatter, which Horovod fails
 // alike; concatenations fail anyway). "late": zeros, and the joined worker's own later push of

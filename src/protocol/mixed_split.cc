@@ -25,8 +25,9 @@ StatusOr<MixedSplit> OptimalSplit(int n, int k, double cpu_rate, double worker_r
   }
   double x = 0, y = 0;  // per CPU server, per colocated server
   if (n == 2) {
-    // A worker machine moves M whatever its server takes: the CPU servers take what fits in that time.
-    x = std::min(1.0 / k, worker_rate / (n * cpu_rate));
+    // A worker machine moves M whatever its server takes: the CPU servers take what fits in that
+    // time (each moves n x M at its rate: n x / Bc <= 1 / Bw).
+    x = std::min(1.0 / k, cpu_rate / (n * worker_rate));
     y = (1 - k * x) / n;
   } else {
     // n x / Bc = (1 + (n-2) y) / Bw and k x + n y = 1.
@@ -49,7 +50,9 @@ StatusOr<MixedSplit> OptimalSplit(int n, int k, double cpu_rate, double worker_r
 
 double RingTime(int n, double rate) { return n <= 1 ? 0.0 : 2.0 * (n - 1) / (n * rate); }
 
-double CpuOnlyTime(int n, int k, double rate) { return std::max(1.0, static_cast<double>(n) / k) / rate; }
+double CpuOnlyTime(int n, int k, double rate, double worker_rate) {
+  return std::max(1.0 / (worker_rate > 0 ? worker_rate : rate), static_cast<double>(n) / (k * rate));
+}
 
 StatusOr<std::vector<double>> ServerShares(int n, const std::vector<bool>& colocated, double cpu_rate,
                                            double worker_rate) {

@@ -31,8 +31,9 @@ StatusOr<MixedSplit> OptimalSplit(int n, int k, double cpu_rate = 1, double work
 
 // Ring all-reduce's communication time for M = 1 byte at rate B: 2(n-1) / (n B); 0 for n = 1.
 double RingTime(int n, double rate = 1);
-// Servers on k CPU machines only (non-colocated PS): max(1, n / k) / B per byte.
-double CpuOnlyTime(int n, int k, double rate = 1);
+// Servers on k CPU machines only (non-colocated PS): max(1 / B_worker, n / (k B)) per byte, the
+// workers' NICs at `worker_rate` (0: the same B).
+double CpuOnlyTime(int n, int k, double rate = 1, double worker_rate = 0);
 
 // Each server's share of the bytes, in server order, given which servers run on worker machines
 // (colocated[i]) for n worker machines. All colocated or none: equal shares. Mixed: OptimalSplit,

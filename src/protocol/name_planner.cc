@@ -116,6 +116,11 @@ StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, s
                                        "servers in whole {} elements",
                                        r.name, r.bytes, num_servers_, DataTypeName(*dtype)));
   }
+  if (r.server >= num_servers_ || r.server < -1) {
+    return InvalidArgument(fmt::format("tensor '{}': its attribute '{}' must be a server rank from 0 to {}{}", r.name,
+                                       kAttrServer, num_servers_ - 1,
+                                       r.server < -1 ? "" : fmt::format(", not {}", r.server)));
+  }
   // A whole tensor is one partition (a 0-byte tensor too: SplitIntoPartitions gives it one); a
   // spread one is one partition per server.
   const uint64_t split_at = r.spread  ? r.bytes / num_servers_
@@ -142,7 +147,9 @@ StatusOr<NamePlan> NamePlanner::MakePlan(const NameRequest& r, uint32_t index, s
     pp.key = MakeKey(p.declared_key, static_cast<uint32_t>(i));
     pp.offset = ranges[i].offset;
     pp.length = ranges[i].length;
-    if (r.spread) {
+    if (r.server >= 0) {
+      pp.server = r.server;  // a probe of one server's links; the loads stay
+    } else if (r.spread) {
       pp.server = static_cast<int>(i);  // every server gets its own partition; the loads stay
     } else if (loads != nullptr) {
       // Count at least one byte so that empty partitions still rotate over servers.

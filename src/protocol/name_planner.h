@@ -9,7 +9,8 @@
 //    each generation's partitions have keys of their own on the servers;
 //  - a sized request plans the partitions: split at the request's partition size (a `whole`
 //    request, an Adasum tensor, is never split: one partition of the whole tensor; a `spread`
-//    request, the join key, is one partition per server, partition i on server i), each partition
+//    request, the join key, is one partition per server, partition i on server i; a request pinned to
+//    a `server`, the start-up probe's, has every partition there), each other partition
 //    on the least-loaded server by bytes so far in its generation relative to the server's share
 //    (equal shares unless given: mixed_split.h's for a mixed placement; ties: lowest rank), in the
 //    order the requests arrive. The first plan of a (name, incarnation, generation) is everyone's: later

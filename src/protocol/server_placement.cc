@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <set>
 
 #include "protocol/mixed_split.h"
@@ -75,7 +76,7 @@ StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_ho
   for (bool c : colocated) p.shares.push_back(c ? split.colocated_share : split.cpu_share);
   const std::string predicted =
       split.time > 0 ? fmt::format("; predicted {:.3f}x ring all-reduce, {:.3f}x the CPU servers alone",
-                                   RingTime(n, worker_rate) / split.time, CpuOnlyTime(n, k, cpu_rate) / split.time)
+                                   RingTime(n, worker_rate) / split.time, CpuOnlyTime(n, k, cpu_rate, worker_rate) / split.time)
                      : "";
   const std::string rates = cpu_rate == worker_rate ? ""
                             : fmt::format("; NIC rates: CPU machines {:.3g} GB/s, worker machines {:.3g} GB/s",
@@ -84,6 +85,43 @@ StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_ho
       "mixed placement: the {} servers on the {} worker machines take {} of the bytes each, the {} on CPU machines {} "
       "each (the optimal split{}{})",
       on_workers, n, Percent(split.colocated_share), k, Percent(split.cpu_share), predicted, rates);
+  return p;
+}
+
+StatusOr<ServerPlacement> PlaceFromProbe(const std::vector<std::string>& worker_hosts,
+                                         const std::vector<std::string>& server_hosts, MixedMode mode,
+                                         const ProbeTimes& probe) {
+  if (probe.seconds.size() != server_hosts.size() || !(probe.bytes > 0)) {
+    return InvalidArgument(fmt::format("the start-up probe reported {} times of {} bytes for {} servers: expected one "
+                                       "time per server and bytes > 0",
+                                       probe.seconds.size(), probe.bytes, server_hosts.size()));
+  }
+  BYTEPS_ASSIGN_OR_RETURN(ServerPlacement formula, PlaceServers(worker_hosts, server_hosts, mode));
+  if (!formula.mixed) return formula;
+  const int n = static_cast<int>(std::set<std::string>(worker_hosts.begin(), worker_hosts.end()).size());
+  double cpu_rate = 0, worker_rate = 0;
+  for (size_t s = 0; s < server_hosts.size(); ++s) {
+    const double wire = probe.seconds[s];
+    if (!(wire > 0)) {
+      return InvalidArgument(fmt::format("the start-up probe of server {} reported a wire time of {} s: no rate can "
+                                         "be read from it",
+                                         s, wire));
+    }
+    const double rate = (n - (formula.colocated[s] ? 1 : 0)) * probe.bytes / wire;
+    double& kind = formula.colocated[s] ? worker_rate : cpu_rate;
+    kind = kind == 0 ? rate : std::min(kind, rate);
+  }
+  const std::string measured = fmt::format("measured NIC rates: CPU machines {:.3g} GB/s, worker machines {:.3g} GB/s",
+                                           cpu_rate / 1e9, worker_rate / 1e9);
+  if (std::max(cpu_rate, worker_rate) <= kMeasuredRateTolerance * std::min(cpu_rate, worker_rate)) {
+    formula.summary += fmt::format(" ({}: within {:g}x of each other, so the formula's equal rates)", measured,
+                                   kMeasuredRateTolerance);
+    return formula;
+  }
+  BYTEPS_ASSIGN_OR_RETURN(ServerPlacement p, PlaceServers(worker_hosts, server_hosts, mode, cpu_rate, worker_rate));
+  const size_t rates = p.summary.find("; NIC rates: ");
+  if (rates != std::string::npos) p.summary.erase(rates, p.summary.find(')', rates) - rates);
+  p.summary += fmt::format(" ({})", measured);
   return p;
 }
 

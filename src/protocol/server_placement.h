@@ -35,4 +35,28 @@ StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_ho
                                        const std::vector<std::string>& server_hosts, MixedMode mode,
                                        double cpu_rate = 1, double worker_rate = 1);
 
+// The start-up probe's measurement (tuning/startup_agreement.h): every worker machine pushed and
+// pulled `bytes` to server s alone, the fastest run's wire time (less the server's round trip)
+// being seconds[s].
+struct ProbeTimes {
+  std::vector<double> seconds;  // by server rank
+  double bytes = 0;
+};
+
+// Measured rates count only where the two kinds of machine differ by more than this factor: within
+// it the formula's equal rates stand (the probe's noise must not move the split).
+inline constexpr double kMeasuredRateTolerance = 1.25;
+
+// The placement from measured NIC rates, for the same layout as PlaceServers. Server s's machine
+// moved (n - c) * bytes each way in seconds[s] (c = 1 for a colocated server: its own worker's
+// push stays on the machine), so its rate is (n - c) * bytes / seconds[s]; the
+// slowest machine of each kind sets its kind's pace (a rate above n times a worker machine's reads
+// as that: the workers could not feed it faster). Rates within kMeasuredRateTolerance of each other:
+// the formula's split; otherwise the split for the measured rates, the summary saying so. A layout
+// that is not mixed: PlaceServers' answer as it stands. InvalidArgument for a probe that does not
+// fit the layout (a positive time per server, bytes > 0).
+StatusOr<ServerPlacement> PlaceFromProbe(const std::vector<std::string>& worker_hosts,
+                                         const std::vector<std::string>& server_hosts, MixedMode mode,
+                                         const ProbeTimes& probe);
+
 }  // namespace byteps::protocol

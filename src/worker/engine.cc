@@ -355,7 +355,12 @@ StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::p
 }
 
 // The scheduler's placement of the servers' shares (RegisterReply), for `byteps info` and bench.
+// The start-up server probe's answer replaces it (Engine::TuneAtStart).
 std::vector<double> Engine::server_shares() const {
+  {
+    std::lock_guard<std::mutex> lock(placement_mu_);
+    if (!probed_shares_.empty()) return probed_shares_;
+  }
   return cluster_ ? cluster_->server_shares() : std::vector<double>{};
 }
 
@@ -364,7 +369,12 @@ std::string Engine::placement_report() const {
   if (s.empty()) return "";
   std::string shares;
   for (size_t i = 0; i < s.size(); ++i) shares += fmt::format("{}server {} {:.1f}%", i ? ", " : "", i, 100 * s[i]);
-  return fmt::format("{} [{}]", cluster_->placement(), shares);
+  std::string summary;
+  {
+    std::lock_guard<std::mutex> lock(placement_mu_);
+    summary = probed_placement_;
+  }
+  return fmt::format("{} [{}]", summary.empty() ? cluster_->placement() : summary, shares);
 }
 
 }  // namespace byteps::worker

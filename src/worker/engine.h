@@ -196,6 +196,11 @@ class Engine {
   uint64_t next_task_ = 1;                           // guarded by plan_mu_
   std::unique_ptr<tuning::OnlineTuner> online_;      // guarded by plan_mu_; null once settled
   bool online_partition_ = false;                    // guarded by plan_mu_: online_ tunes the partition
+  // The placement the scheduler answered the start-up server probe with (startup_agreement.h);
+  // empty: the registration's stands. A lock of its own: the reports read it under plan_mu_.
+  mutable std::mutex placement_mu_;
+  std::vector<double> probed_shares_;                // guarded by placement_mu_
+  std::string probed_placement_;                     // guarded by placement_mu_
   std::vector<size_t> partition_candidates_;         // generation g uses [g]
   std::vector<size_t> partition_credits_;            // the credit with each
   // The partition phase, set before the first user push_pull when the partition is explored.

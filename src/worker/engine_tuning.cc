@@ -8,17 +8,21 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cluster/cluster_client.h"
+#include "cluster/name_client.h"
 #include "common/logging.h"
 #include "worker/engine.h"
+#include "worker/engine_collectives.h"
 #include "worker/job_files.h"
 #include "worker/pipeline/dispatch_loop.h"
 #include "worker/pipeline_set.h"
 #include "worker/planning/key_assigner.h"
+#include "worker/planning/server_layout.h"
 #include "worker/server_links/server_links.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/partition_schedule.h"
@@ -32,57 +36,6 @@ static_assert(Engine::kOnlineSettleIterations == tuning::kPartitionSettleIterati
 
 namespace {
 
-class EngineCollective : public tuning::Collective {
- public:
-  EngineCollective(Engine* engine, std::mutex* plan_mu, planning::KeyAssigner* assigner)
-      : engine_(engine), plan_mu_(plan_mu), assigner_(assigner) {}
-
-  Status PushPull(const std::string& name, void* data, size_t bytes, DataType dtype) override {
-    TensorRequest r;
-    r.name = name;
-    r.input = data;
-    r.output = data;
-    r.bytes = bytes;
-    r.dtype = dtype;
-    BYTEPS_ASSIGN_OR_RETURN(HandleId h, engine_->Enqueue(r));
-    Status st = engine_->Wait(h);
-    engine_->Release(h);
-    return st;
-  }
-
-  void SetPartitionBytes(size_t bytes) override {
-    std::lock_guard<std::mutex> lock(*plan_mu_);
-    assigner_->set_partition_bytes(bytes);
-  }
-
- private:
-  Engine* engine_;
-  std::mutex* plan_mu_;
-  planning::KeyAssigner* assigner_;
-};
-
-class EngineAsyncCollective : public tuning::AsyncCollective {
- public:
-  explicit EngineAsyncCollective(Engine* engine) : engine_(engine) {}
-
-  StatusOr<int64_t> Start(const std::string& name, void* data, size_t bytes, DataType dtype) override {
-    TensorRequest r;
-    r.name = name;
-    r.input = data;
-    r.output = data;
-    r.bytes = bytes;
-    r.dtype = dtype;
-    // A worker that joined before it issued gets the round the others completed without it.
-    r.attrs = fmt::format("{}={}", protocol::kAttrJoin, protocol::kJoinLate);
-    return engine_->Enqueue(r);
-  }
-  Status Wait(int64_t handle, double timeout_s) override { return engine_->Wait(handle, timeout_s); }
-  void Release(int64_t handle) override { engine_->Release(handle); }
-
- private:
-  Engine* engine_;
-};
-
 // The most one connection moves per round trip: the socket buffer byteps sets
 // (BYTEPS_SOCKET_BUFFER_BYTES; the kernel doubles it and keeps about half for its own use), or
 // with 0, half the kernel's autotuning limit (the third value of net.ipv4.tcp_rmem); 0 if unknown.
@@ -91,20 +44,6 @@ size_t ConnectionWindowBytes(size_t socket_buffer_bytes) {
   std::ifstream f("/proc/sys/net/ipv4/tcp_rmem");
   size_t lo = 0, def = 0, hi = 0;
   return f >> lo >> def >> hi ? hi / 2 : 0;
-}
-
-// Colocated placement: the job spans several hosts and every worker's host runs a server too, so
-// a worker's pushes and its host's server's replies share one NIC (hosts as the nodes advertise
-// them to their peers).
-bool ServersShareTheWorkersHosts(const std::vector<protocol::NodeInfo>& workers,
-                                 const std::vector<protocol::NodeInfo>& servers) {
-  std::set<std::string> worker_hosts, server_hosts;
-  for (const auto& w : workers) worker_hosts.insert(w.host);
-  for (const auto& s : servers) server_hosts.insert(s.host);
-  std::set<std::string> all = server_hosts;
-  all.insert(worker_hosts.begin(), worker_hosts.end());
-  return all.size() > 1 && std::includes(server_hosts.begin(), server_hosts.end(), worker_hosts.begin(),
-                                         worker_hosts.end());
 }
 
 }  // namespace
@@ -122,14 +61,33 @@ Status Engine::TuneAtStart() {
   o.explore_partition = config_.autotune && !config_.partition_bytes_pinned && config_.local_size == 1 && links_;
   o.model.num_workers = config_.num_workers;
   o.model.num_servers = config_.num_servers;
-  o.model.shared_links = cluster_ && ServersShareTheWorkersHosts(cluster_->workers(), cluster_->servers());
+  o.model.shared_links = cluster_ && planning::ServersShareTheWorkersHosts(cluster_->workers(), cluster_->servers());
   o.model.max_partition_bytes = std::min<size_t>(o.model.max_partition_bytes, config_.max_message_bytes / 2);
   // BYTEPS_MAX_MESSAGE_BYTES below the largest candidate: the probe's candidates must fit too.
   if (o.model.max_partition_bytes < tuning::kProbeCandidates.back()) o.autotune = false;
-  EngineCollective collective(this, &plan_mu_, assigner_.get());
+  // The split's rates measured (startup_agreement.h): unless BYTEPS_NIC_GBPS gives this worker's
+  // rate or BYTEPS_ENABLE_MIXED_MODE=0 keeps equal shares.
+  o.probe_servers = cluster_ && names_ && config_.nic_gbps <= 0 && config_.mixed_mode != 0 &&
+                    planning::ServersOnBothKindsOfMachine(cluster_->workers(), cluster_->servers());
+  o.num_servers = config_.num_servers;
+  EngineCollective collective(this, &plan_mu_, assigner_.get(),
+                              [this](const std::vector<double>& seconds,
+                                     size_t bytes) -> StatusOr<tuning::Collective::Placement> {
+                                if (!names_) return tuning::Collective::Placement{};
+                                BYTEPS_ASSIGN_OR_RETURN(protocol::NameReply r,
+                                                        names_->ReportServerProbe(seconds, bytes));
+                                return tuning::Collective::Placement{r.shares, r.placement};
+                              });
   auto outcome = tuning::AgreeOnSettings(collective, o);
   if (!outcome.ok()) return outcome.status().WithContext("start-up tuning");
   const tuning::StartupOutcome& t = outcome.value();
+  if (!t.placement.shares.empty()) {
+    BYTEPS_LOG(Info, "server probe (wire time of {} bytes from every worker): {}; {}", tuning::kServerProbeBytes,
+               t.server_probe_times, t.placement.summary);
+    std::lock_guard<std::mutex> lock(placement_mu_);
+    probed_shares_ = t.placement.shares;
+    probed_placement_ = t.placement.summary;
+  }
   loop_->SetCredit(t.credit_bytes.value);
   BYTEPS_ASSIGN_OR_RETURN(std::string connections, WidenLinks(t));
   // Online tuning: the partition size first where every process explores it, then the credit,

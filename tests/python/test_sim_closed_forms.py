@@ -49,6 +49,11 @@ def test_unequal_rates_shift_bytes_toward_the_faster_servers():
 def test_n2_and_bad_input():
     s = cf.optimal_split(2, 1)
     assert s.time == pytest.approx(1.0)  # a worker moves M whatever its server takes
+    # ... so the CPU server takes what it moves in that time: all of it when twice as fast, a
+    # quarter when half as fast (as src/protocol/mixed_split.cc).
+    for rate, share in ((2.0, 1.0), (1.0, 0.5), (0.5, 0.25)):
+        s = cf.optimal_split(2, 1, rate, 1.0)
+        assert (s.cpu_share, s.cpu_share + 2 * s.colocated_share, s.time) == pytest.approx((share, 1.0, 1.0))
     with pytest.raises(ValueError, match="worker machines"):
         cf.optimal_split(0, 1)
     with pytest.raises(ValueError, match="CPU server machines"):

@@ -81,3 +81,76 @@ def test_mixed_job_registers_colocated_and_cpu_server_hosts(testbeds, tmp_path):
     registered = re.findall(r"registered (\w+) \(pid \d+, ([\d.]+):\d+\)", result.output("scheduler"))
     assert sorted(registered) == sorted([("server", ip[0]), ("server", ip[1]), ("server", ip[2]),
                                          ("worker", ip[0]), ("worker", ip[1])]), result
+
+
+TRAIN = textwrap.dedent("""
+    import numpy as np
+    import byteps.numpy as bps
+    bps.init()
+    for step in range(3):
+        y = bps.push_pull(np.full(4 << 20, bps.rank() + step, np.float32), average=False, name="grads")
+        want = sum(r + step for r in range(bps.size()))
+        assert y[0] == want and y[-1] == want, (step, y[:4])
+    print("ALL OK", bps.rank(), flush=True)
+    bps.shutdown()
+""")
+
+
+def _mixed_job_at_rates(testbeds, tmp_path, cpu_mbit):  # noqa: F811
+    """2 worker machines with a colocated server each at 200 Mbit/s, one CPU machine at cpu_mbit:
+    (the scheduler's output, each server's count of the bytes of pushes it took)."""
+    reason = missing_core()
+    if reason:
+        pytest.skip(reason)
+    from tools.testbed.job import run_job
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    tb = testbeds(3, rate_mbit=200)
+    if cpu_mbit != 200:
+        tb.set_rate(2, cpu_mbit)
+    result = run_job(tb, 2, 3, [PYTHON, str(script)], placement="mixed",
+                     env={"BYTEPS_LOG_LEVEL": "INFO", "BYTEPS_START_TIMEOUT": "20",
+                          "BYTEPS_TIMEOUT": "60"}, timeout=120, echo=False)
+    assert result.returncode == 0, result
+    for rank in (0, 1):
+        assert f"ALL OK {rank}" in result.output(f"worker:{rank}"), result
+    sched = result.output("scheduler")
+    took = {}
+    for i in range(3):
+        m = re.search(r"took (\d+) bytes of pushes", result.output(f"server:{i}"))
+        assert m, result.output(f"server:{i}")
+        took[i] = int(m.group(1))
+    return sched, took
+
+
+def _measured(sched: str) -> tuple[float, float]:
+    m = re.search(r"after the start-up probe: .*measured NIC rates: CPU machines ([\d.e+-]+) GB/s, "
+                  r"worker machines ([\d.e+-]+) GB/s", sched)
+    assert m, sched
+    return float(m.group(1)), float(m.group(2))
+
+
+@pytest.mark.skipif(not _ok, reason=f"no emulated cluster here: {_reason}")
+def test_measured_rates_move_the_split_to_a_faster_cpu_machine(testbeds, tmp_path):  # noqa: F811
+    # The CPU machine's NIC is 4x the worker machines': the start-up probe measures it at about 2x
+    # (two workers at 200 Mbit/s cannot feed it faster), and at a rate r times the worker
+    # machines' the optimal split for n = 2, k = 1 gives the CPU server min(1, r / 2) of the bytes
+    # (the formula for equal rates: half).
+    sched, took = _mixed_job_at_rates(testbeds, tmp_path, cpu_mbit=800)
+    cpu, worker = _measured(sched)
+    assert cpu > 1.6 * worker, sched
+    share = re.search(r"after the start-up probe: .* the 1 on CPU machines ([\d.]+)% each", sched)
+    assert share and float(share.group(1)) == pytest.approx(min(100.0, 50 * cpu / worker), abs=0.5), sched
+    # The job's 3 x 16 MiB per worker all went to the CPU server; only the probe's own tensors
+    # (placed before it decided) reached the colocated ones.
+    assert took[2] > 0.7 * sum(took.values()), took
+
+
+@pytest.mark.skipif(not _ok, reason=f"no emulated cluster here: {_reason}")
+def test_measured_equal_rates_keep_the_formulas_split(testbeds, tmp_path):  # noqa: F811
+    sched, took = _mixed_job_at_rates(testbeds, tmp_path, cpu_mbit=200)
+    cpu, worker = _measured(sched)
+    assert max(cpu, worker) <= 1.25 * min(cpu, worker), sched
+    assert "so the formula's equal rates" in sched, sched
+    assert "the 1 on CPU machines 50.0% each" in sched, sched
+    assert 0.4 < took[2] / sum(took.values()) < 0.6, took

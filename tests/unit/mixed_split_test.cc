@@ -1,7 +1,8 @@
 // The unified architecture's split (protocol/mixed_split.h) and the name planner placing
 // partitions by it: the closed forms, the limits (all-reduce at k = 0, non-colocated PS at
 // k = n), the paper's n = 4, k = 2 figures, unequal NIC rates, and for n, k up to 16 each server's
-// bytes within one partition of its share.
+// bytes within one partition of its share; a tensor pinned to one server (the start-up probe's),
+// and the probe's fields on the wire.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -34,6 +35,9 @@ TEST(MixedSplit, MatchesTheClosedFormsAndTheirLimits) {
   ASSERT_TRUE(s.ok());
   EXPECT_NEAR(RingTime(4) / s->time, 1.25, 1e-12);
   EXPECT_NEAR(CpuOnlyTime(4, 2) / s->time, 5.0 / 3, 1e-12);
+  // CPU machines twice as fast: the workers' own NICs bound the CPU-only job.
+  EXPECT_NEAR(CpuOnlyTime(4, 2, 2, 1), 1.0, 1e-12);
+  EXPECT_NEAR(CpuOnlyTime(4, 2, 0.5, 1), 4.0, 1e-12);
 }
 
 TEST(MixedSplit, FasterMachinesTakeMore) {
@@ -56,6 +60,15 @@ TEST(MixedSplit, FasterMachinesTakeMore) {
   ASSERT_TRUE(very_fast.ok());
   EXPECT_EQ(very_fast->colocated_share, 0);
   EXPECT_NEAR(very_fast->cpu_share, 0.25, 1e-12);
+  // n = 2: a worker machine moves M whatever the split, so the CPU servers take what they move in
+  // that time: a CPU machine twice as fast takes everything, one half as fast a quarter.
+  for (auto [rate, share] : {std::pair{2.0, 1.0}, std::pair{1.0, 0.5}, std::pair{0.5, 0.25}}) {
+    auto two = OptimalSplit(2, 1, rate, 1);
+    ASSERT_TRUE(two.ok());
+    EXPECT_NEAR(two->cpu_share, share, 1e-12) << rate;
+    EXPECT_NEAR(two->cpu_share + 2 * two->colocated_share, 1.0, 1e-12) << rate;
+    EXPECT_NEAR(two->time, 1.0, 1e-12) << rate;
+  }
 }
 
 TEST(MixedSplit, BadInputIsNamed) {
@@ -109,6 +122,60 @@ TEST(MixedSplit, EqualSharesKeepTheByteBalancedPlacement) {
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ(*a, *b);
   EXPECT_EQ(*a, *c);
+}
+
+TEST(MixedSplit, APinnedTensorGoesWhollyToItsServerAndMovesNoLoad) {
+  NamePlanner planner(3);
+  NameRequest r;
+  r.name = "__byteps.tune.at2";
+  r.sized = true;
+  r.bytes = 10000;
+  r.dtype = static_cast<int>(DataType::kFloat32);
+  r.partition_bytes = 1000;
+  r.server = 2;
+  auto pinned = planner.Plan(r);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().ToString();
+  ASSERT_EQ(pinned->partitions.size(), 10u);
+  for (const NamePartition& p : pinned->partitions) EXPECT_EQ(p.server, 2);
+  // The next tensor is placed as if the pinned one had not been: byte-balanced from server 0.
+  NameRequest next = r;
+  next.name = "grads";
+  next.server = -1;
+  next.bytes = 3000;
+  auto plan = planner.Plan(next);
+  ASSERT_TRUE(plan.ok());
+  std::vector<int> servers;
+  for (const NamePartition& p : plan->partitions) servers.push_back(p.server);
+  EXPECT_EQ(servers, (std::vector<int>{0, 1, 2}));
+  // A server the job does not have, or no rank at all, is named.
+  r.name = "far";
+  r.server = 3;
+  auto far = planner.Plan(r);
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.status().message().find("tensor 'far': its attribute 'server' must be a server rank from 0 to 2, not 3"),
+            std::string::npos)
+      << far.status().message();
+  r.server = -2;
+  EXPECT_FALSE(planner.Plan(r).ok());
+  // On the wire: absent is -1, and the probe's fields travel.
+  NameRequest probe;
+  probe.probe_seconds = {0.25, 0.5};
+  probe.probe_bytes = 2 << 20;
+  auto back = DecodeNameRequest(Encode(probe));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->server, -1);
+  EXPECT_EQ(back->probe_seconds, probe.probe_seconds);
+  EXPECT_EQ(back->probe_bytes, probe.probe_bytes);
+  auto pinned_back = DecodeNameRequest(Encode(r));
+  ASSERT_TRUE(pinned_back.ok());
+  EXPECT_EQ(pinned_back->server, -2);
+  NameReply reply;
+  reply.shares = {0.25, 0.75};
+  reply.placement = "mixed placement: ...";
+  auto reply_back = DecodeNameReply(Encode(reply));
+  ASSERT_TRUE(reply_back.ok()) << reply_back.status().ToString();
+  EXPECT_EQ(reply_back->shares, reply.shares);
+  EXPECT_EQ(reply_back->placement, reply.placement);
 }
 
 }  // namespace

@@ -31,6 +31,25 @@ class SchedulerPlacementTest : public SchedulerTest {
     return conns;
   }
 
+  // The name service's reply to `q` sent on c.
+  protocol::NameReply Ask(const Conn& c, const protocol::NameRequest& q) {
+    Header h = Hdr(Opcode::kNameRequest);
+    h.request_id = 7;
+    EXPECT_TRUE(c->Deliver(h, protocol::Encode(q)).ok());
+    SentFrame f = Expect(c, Opcode::kNameReply);
+    auto r = protocol::DecodeNameReply(f.payload);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : protocol::NameReply{};
+  }
+
+  // A worker's start-up probe report (NameRequest::probe_seconds) and the scheduler's answer.
+  protocol::NameReply ReportProbe(const Conn& c, std::vector<double> seconds, uint64_t bytes) {
+    protocol::NameRequest q;
+    q.probe_seconds = std::move(seconds);
+    q.probe_bytes = bytes;
+    return Ask(c, q);
+  }
+
   protocol::NamePlan AskName(const Conn& c, const std::string& name, uint32_t generation, uint64_t bytes,
                              uint64_t partition_bytes) {
     protocol::NameRequest q;
@@ -40,14 +59,9 @@ class SchedulerPlacementTest : public SchedulerTest {
     q.bytes = bytes;
     q.dtype = 0;
     q.partition_bytes = partition_bytes;
-    Header h = Hdr(Opcode::kNameRequest);
-    h.request_id = 7;
-    EXPECT_TRUE(c->Deliver(h, protocol::Encode(q)).ok());
-    SentFrame f = Expect(c, Opcode::kNameReply);
-    auto r = protocol::DecodeNameReply(f.payload);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_TRUE(r.ok() && r->error.empty()) << (r.ok() ? r->error : "");
-    return r.ok() ? r->plan : protocol::NamePlan{};
+    const protocol::NameReply r = Ask(c, q);
+    EXPECT_TRUE(r.error.empty()) << r.error;
+    return r.plan;
   }
 };
 
@@ -126,6 +140,44 @@ TEST_F(SchedulerPlacementTest, MixedModeOnWithoutColocatedServersFailsTheJobSayi
   }
   EXPECT_FALSE(scheduler_->rendezvous_done());
   EXPECT_FALSE(scheduler_->Wait().ok());
+}
+
+TEST_F(SchedulerPlacementTest, TheStartUpProbesMeasuredRatesPlaceWhatIsPlannedFromThenOn) {
+  std::vector<Conn> conns = StartMixed(4, 2);
+  for (const Conn& c : conns) Reply(c);
+  // Planned before the probe: the formula's split (10 % / 30 %).
+  const protocol::NamePlan before = AskName(conns[0], "__byteps.tune.p256", 0, 400'000, 1000);
+  // Worker machines move 3 x 1 MB in 30 ms (1e8 B/s), CPU machines 4 x 1 MB in 10 ms (4e8 B/s).
+  const std::vector<double> seconds = {0.03, 0.03, 0.03, 0.03, 0.01, 0.01};
+  const protocol::NameReply first = ReportProbe(conns[1], seconds, 1'000'000);
+  ASSERT_TRUE(first.error.empty()) << first.error;
+  ASSERT_EQ(first.shares.size(), 6u);
+  EXPECT_GT(first.shares[4], 0.3);
+  EXPECT_LT(first.shares[0], 0.1);
+  EXPECT_TRUE(Has(first.placement, "measured NIC rates: CPU machines 0.4 GB/s, worker machines 0.1 GB/s"))
+      << first.placement;
+  // The first report decides: a later one (another worker's, other times) gets the same answer.
+  const protocol::NameReply second = ReportProbe(conns[0], {0.01, 0.01, 0.01, 0.01, 0.01, 0.01}, 1'000'000);
+  EXPECT_EQ(second.shares, first.shares);
+  EXPECT_EQ(second.placement, first.placement);
+  // What was planned before keeps its plan; what is planned now follows the measured shares.
+  EXPECT_EQ(AskName(conns[2], "__byteps.tune.p256", 0, 400'000, 1000), before);
+  const std::vector<uint64_t> loads = Loads(AskName(conns[0], "grad.w", 1, 400'000, 1000), 6);
+  for (int s = 0; s < 6; ++s) {
+    EXPECT_LE(std::abs(static_cast<double>(loads[s]) - first.shares[s] * 400'000), 1000.0) << "server " << s;
+  }
+}
+
+TEST_F(SchedulerPlacementTest, AProbeReportThatDoesNotFitTheJobIsRefusedByName) {
+  std::vector<Conn> conns = StartMixed(2, 1);
+  for (const Conn& c : conns) Reply(c);
+  const protocol::NameReply r = ReportProbe(conns[0], {0.01, 0.01}, 1'000'000);
+  EXPECT_TRUE(Has(r.error, "reported 2 times of 1000000 bytes for 3 servers")) << r.error;
+  EXPECT_TRUE(r.shares.empty());
+  // The refusal decided nothing: a fitting report still places.
+  const protocol::NameReply ok = ReportProbe(conns[0], {0.01, 0.01, 0.005}, 1'000'000);
+  EXPECT_TRUE(ok.error.empty()) << ok.error;
+  EXPECT_EQ(ok.shares.size(), 3u);
 }
 
 }  // namespace

@@ -121,5 +121,68 @@ TEST(ServerPlacementTest, MixedModeOnNamesWhatToChange) {
   EXPECT_TRUE(Has(all.status().message(), "add servers on CPU machines")) << all.status().message();
 }
 
+// The probe's times for n worker machines with a colocated server each and k CPU machines whose
+// NICs move `worker_rate` and `cpu_rate` bytes/s: server s's machine moves (n - c) * bytes.
+ProbeTimes Probe(int n, int k, double worker_rate, double cpu_rate, double bytes = 2 << 20) {
+  ProbeTimes p;
+  p.bytes = bytes;
+  for (int s = 0; s < n + k; ++s) p.seconds.push_back(s < n ? (n - 1) * bytes / worker_rate : n * bytes / cpu_rate);
+  return p;
+}
+
+TEST(ServerPlacementTest, MeasuredRatesWithinTheToleranceKeepTheFormula) {
+  const auto formula = PlaceServers(Workers(4), Servers(4, 2), MixedMode::kAuto);
+  ASSERT_TRUE(formula.ok());
+  // CPU machines 20 % faster: noise as far as the split is concerned.
+  auto p = PlaceFromProbe(Workers(4), Servers(4, 2), MixedMode::kAuto, Probe(4, 2, 1e8, 1.2e8));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->shares, formula->shares);
+  EXPECT_TRUE(Has(p->summary, "measured NIC rates: CPU machines 0.12 GB/s, worker machines 0.1 GB/s")) << p->summary;
+  EXPECT_TRUE(Has(p->summary, "the formula's equal rates")) << p->summary;
+}
+
+TEST(ServerPlacementTest, MeasuredFasterCpuMachinesTakeMore) {
+  // CPU machines twice as fast (read from the times): the split for those rates, not the formula's.
+  auto p = PlaceFromProbe(Workers(4), Servers(4, 2), MixedMode::kAuto, Probe(4, 2, 1e8, 2e8));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const auto want = PlaceServers(Workers(4), Servers(4, 2), MixedMode::kAuto, 2e8, 1e8);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(p->shares.size(), 6u);
+  for (int s = 0; s < 6; ++s) EXPECT_NEAR(p->shares[s], want->shares[s], 1e-9) << s;
+  EXPECT_GT(p->shares[4], 0.3);  // the formula's 30 %
+  EXPECT_LT(p->shares[0], 0.1);  // and 10 %
+  EXPECT_TRUE(Has(p->summary, "measured NIC rates: CPU machines 0.2 GB/s, worker machines 0.1 GB/s")) << p->summary;
+  EXPECT_FALSE(Has(p->summary, "; NIC rates")) << p->summary;
+  // Slower CPU machines take less; the slowest machine of a kind sets its pace.
+  ProbeTimes slow = Probe(4, 2, 1e8, 0.5e8);
+  slow.seconds[5] *= 2;  // one CPU machine at half of that again
+  auto q = PlaceFromProbe(Workers(4), Servers(4, 2), MixedMode::kAuto, slow);
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  const auto want_slow = PlaceServers(Workers(4), Servers(4, 2), MixedMode::kAuto, 0.25e8, 1e8);
+  ASSERT_TRUE(want_slow.ok());
+  for (int s = 0; s < 6; ++s) EXPECT_NEAR(q->shares[s], want_slow->shares[s], 1e-9) << s;
+}
+
+TEST(ServerPlacementTest, AProbeOfALayoutThatIsNotMixedChangesNothing) {
+  ProbeTimes p{{0.1, 0.1, 0.1}, 1 << 20};
+  auto cpu_only = PlaceFromProbe(Workers(2), Servers(0, 3), MixedMode::kAuto, p);
+  ASSERT_TRUE(cpu_only.ok());
+  EXPECT_FALSE(cpu_only->mixed);
+  for (double s : cpu_only->shares) EXPECT_DOUBLE_EQ(s, 1.0 / 3);
+  auto off = PlaceFromProbe(Workers(2), Servers(2, 1), MixedMode::kOff, Probe(2, 1, 1e8, 4e8));
+  ASSERT_TRUE(off.ok());
+  for (double s : off->shares) EXPECT_DOUBLE_EQ(s, 1.0 / 3);
+}
+
+TEST(ServerPlacementTest, AProbeThatDoesNotFitTheJobIsNamed) {
+  auto few = PlaceFromProbe(Workers(2), Servers(2, 1), MixedMode::kAuto, ProbeTimes{{0.1, 0.1}, 1 << 20});
+  ASSERT_FALSE(few.ok());
+  EXPECT_TRUE(Has(few.status().message(), "reported 2 times of 1048576 bytes for 3 servers")) << few.status().message();
+  auto zero = PlaceFromProbe(Workers(2), Servers(2, 1), MixedMode::kAuto, ProbeTimes{{0.1, 0, 0.1}, 1 << 20});
+  ASSERT_FALSE(zero.ok());
+  EXPECT_TRUE(Has(zero.status().message(), "probe of server 1 reported a wire time of 0 s")) << zero.status().message();
+  EXPECT_FALSE(PlaceFromProbe(Workers(2), Servers(2, 1), MixedMode::kAuto, ProbeTimes{{0.1, 0.1, 0.1}, 0}).ok());
+}
+
 }  // namespace
 }  // namespace byteps::protocol

@@ -3,8 +3,10 @@
 // servers do (per tensor name and round, released once every worker has contributed).
 #include "worker/tuning/startup_agreement.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -70,7 +72,23 @@ class FakeCollective : public Collective {
     return servers_->PushPull(worker_, name, data, bytes, dtype);
   }
   void SetPartitionBytes(size_t bytes) override { partitions.push_back(bytes); }
+  Status PushPullOnServer(const std::string& name, void* data, size_t bytes, DataType dtype, int server) override {
+    pinned.push_back(fmt::format("{}@{}", name, server));
+    return servers_->PushPull(worker_, name, data, bytes, dtype);
+  }
+  // The scheduler's answer: server s gets a share growing with s.
+  StatusOr<Placement> ReportServerProbe(const std::vector<double>& seconds, size_t bytes) override {
+    reported = seconds;
+    reported_bytes = bytes;
+    Placement p;
+    for (size_t s = 0; s < seconds.size(); ++s) p.shares.push_back(2.0 * (s + 1) / (seconds.size() * (seconds.size() + 1)));
+    p.summary = "placed from the probe";
+    return p;
+  }
   std::vector<size_t> partitions;
+  std::vector<std::string> pinned;
+  std::vector<double> reported;
+  size_t reported_bytes = 0;
 
  private:
   FakeServers* servers_;
@@ -90,6 +108,8 @@ struct JobRun {
   std::vector<StatusOr<StartupOutcome>> outcomes;
   std::vector<std::vector<size_t>> partitions;
   std::vector<std::string> names;
+  std::vector<std::vector<std::string>> pinned;  // per worker: "name@server"
+  std::vector<std::vector<double>> reported;     // per worker: the wire times it reported
 };
 
 JobRun RunJob(std::vector<StartupOptions> options, const std::string& fail_on = "") {
@@ -104,7 +124,11 @@ JobRun RunJob(std::vector<StartupOptions> options, const std::string& fail_on = 
     threads.emplace_back([&, w] { run.outcomes[w] = AgreeOnSettings(collectives[w], options[w]); });
   }
   for (auto& t : threads) t.join();
-  for (auto& c : collectives) run.partitions.push_back(c.partitions);
+  for (auto& c : collectives) {
+    run.partitions.push_back(c.partitions);
+    run.pinned.push_back(c.pinned);
+    run.reported.push_back(c.reported);
+  }
   run.names = servers.names();
   return run;
 }
@@ -264,6 +288,50 @@ TEST(StartupAgreementTest, AFailedProbeIsTheError) {
   for (auto& r : run.outcomes) {
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("server 0 (fake) is gone"), std::string::npos);
+  }
+}
+
+TEST(StartupAgreementTest, WorkerZeroProbesEachServerAloneAndEveryWorkerReportsIt) {
+  // Only worker 0's wish counts: the others probe with it.
+  std::vector<StartupOptions> o = {Defaults(0), Defaults(1), Defaults(2)};
+  for (auto& x : o) x.num_servers = 3;
+  o[0].probe_servers = true;
+  JobRun run = RunJob(o);
+  for (size_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(run.outcomes[w].ok()) << w << ": " << run.outcomes[w].status().message();
+    const StartupOutcome& out = run.outcomes[w].value();
+    std::vector<std::string> want;
+    for (int s = 0; s < 3; ++s) {
+      for (int i = 0; i < 3; ++i) want.push_back(fmt::format("__byteps.tune.at{}.rtt@{}", s, s));
+      for (int i = 0; i < kServerProbeRuns; ++i) want.push_back(fmt::format("__byteps.tune.at{}@{}", s, s));
+    }
+    EXPECT_EQ(run.pinned[w], want) << w;
+    ASSERT_EQ(run.reported[w].size(), 3u) << w;
+    for (double t : run.reported[w]) EXPECT_GT(t, 0) << w;
+    EXPECT_EQ(out.placement.shares, (std::vector<double>{1.0 / 6, 2.0 / 6, 3.0 / 6})) << w;
+    EXPECT_EQ(out.placement.summary, "placed from the probe");
+    EXPECT_TRUE(out.server_probe_times.find("server 2 ") != std::string::npos) << out.server_probe_times;
+    // The probe ran at the agreed partition size, before the exploration's agreement.
+    EXPECT_EQ(run.partitions[w].back(), out.partition_bytes.value) << w;
+  }
+  const auto last_pinned = std::find(run.names.begin(), run.names.end(), "__byteps.tune.at2");
+  EXPECT_LT(last_pinned - run.names.begin(),
+            std::find(run.names.begin(), run.names.end(), "__byteps.tune.explore") - run.names.begin());
+}
+
+TEST(StartupAgreementTest, NoServerProbeUnlessWorkerZeroAsksWithAutotuneOn) {
+  for (bool autotune : {true, false}) {
+    std::vector<StartupOptions> o = {Defaults(0), Defaults(1)};
+    for (auto& x : o) x.num_servers = 2;
+    o[0].autotune = autotune;
+    o[0].probe_servers = !autotune;  // asked for, but autotune is off
+    o[1].probe_servers = true;       // not worker 0: does not count
+    JobRun run = RunJob(o);
+    for (size_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(run.outcomes[w].ok()) << run.outcomes[w].status().message();
+      EXPECT_TRUE(run.pinned[w].empty()) << w;
+      EXPECT_TRUE(run.outcomes[w].value().placement.shares.empty()) << w;
+    }
   }
 }
 

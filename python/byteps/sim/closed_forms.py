@@ -44,8 +44,9 @@ def optimal_split(n: int, k: int, cpu_rate: float = 1.0, worker_rate: float = 1.
         y = 1.0 / n
         return MixedSplit(0.0, y, (1 + (n - 2) * y) / worker_rate)
     if n == 2:
-        # A worker machine moves M whatever its server takes: the CPU servers take what fits.
-        x = min(1.0 / k, worker_rate / (n * cpu_rate))
+        # A worker machine moves M whatever its server takes: the CPU servers take what they move
+        # in that time (each moves n x M at its rate: n x / Bc <= 1 / Bw).
+        x = min(1.0 / k, cpu_rate / (n * worker_rate))
         y = (1 - k * x) / n
     else:
         t = (2.0 * n - 2) / (n - 2) / (k * cpu_rate / n + n * worker_rate / (n - 2))

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <memory>
 
 #include "protocol/name_planner.h"
@@ -15,6 +16,18 @@ bool InProcessSet(const Signature& sig) {
     if (k == protocol::kAttrMembers) return true;
   return false;
 }
+// The server a tensor's attributes pin it to (protocol::kAttrServer), -1 for none; -2 for a value
+// that is not a server rank (the name service refuses it, naming the tensor).
+int PinnedServer(const std::string& attrs) {
+  for (const auto& [key, value] : protocol::ParseAttrs(attrs)) {
+    if (key != protocol::kAttrServer) continue;
+    int rank = -2;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), rank);
+    return ec == std::errc() && end == value.data() + value.size() && rank >= 0 ? rank : -2;
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::string Signature::Describe() const {
@@ -195,6 +208,7 @@ StatusOr<KeyAssigner::Begun> KeyAssigner::Place(const std::string& name, const S
     req.partition_bytes = gens_[g];
     req.whole = sig.op == protocol::kOpAdasum;  // one partition: its dot products span the tensor
     req.spread = sig.op == protocol::kOpJoin;   // one partition per server: every server must see it
+    req.server = PinnedServer(sig.attrs);
   }
   auto resolved = resolve_(req);
   std::lock_guard<std::mutex> lock(mu_);

@@ -76,7 +76,41 @@ StatusOr<LinkEstimate> Probe(Collective& c, std::string* times) {
   return link;
 }
 
+// Each server alone: every worker push_pulls kServerProbeBytes pinned to it; the wire time is the
+// fastest run less the fastest of the later round trips (the first absorbs the workers' skew).
+StatusOr<std::vector<double>> ProbeServers(Collective& c, int num_servers, std::string* times) {
+  std::vector<double> wire;
+  std::vector<float> probe(kServerProbeBytes / sizeof(float));
+  for (int s = 0; s < num_servers; ++s) {
+    double rtt = 1e9, best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+      int64_t x = 0;
+      const auto t0 = Clock::now();
+      BYTEPS_RETURN_IF_ERROR(c.PushPullOnServer(fmt::format("__byteps.tune.at{}.rtt", s), &x, sizeof(x),
+                                                DataType::kInt64, s));
+      if (i > 0) rtt = std::min(rtt, Since(t0));
+    }
+    for (int run = 0; run < kServerProbeRuns; ++run) {
+      const auto t0 = Clock::now();
+      BYTEPS_RETURN_IF_ERROR(c.PushPullOnServer(fmt::format("__byteps.tune.at{}", s), probe.data(),
+                                                kServerProbeBytes, DataType::kFloat32, s));
+      best = std::min(best, Since(t0));
+    }
+    wire.push_back(std::max(best - rtt, best / 2));
+    *times += fmt::format("{}server {} {:.2f} ms", s ? ", " : "", s, wire.back() * 1e3);
+  }
+  return wire;
+}
+
 }  // namespace
+
+Status Collective::PushPullOnServer(const std::string& name, void*, size_t, DataType, int server) {
+  return Precondition(fmt::format("'{}': this collective cannot pin a push_pull to server {}", name, server));
+}
+
+StatusOr<Collective::Placement> Collective::ReportServerProbe(const std::vector<double>&, size_t) {
+  return Precondition("this collective has no scheduler to report the server probe to");
+}
 
 double GoodputFromProbe(const std::array<double, kProbeCandidates.size()>& seconds, double rtt_s) {
   double b = 0;
@@ -107,7 +141,9 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
   const bool probe = o.autotune && !(o.partition_pinned && o.credit_pinned);
   BYTEPS_ASSIGN_OR_RETURN(
       Vector plan,
-      ShareFromWorker0(c, "__byteps.tune.plan", o.is_rank0, {kVersion, probe ? 1 : 0, static_cast<int64_t>(o.partition_bytes), 0}));
+      ShareFromWorker0(c, "__byteps.tune.plan", o.is_rank0,
+                       {kVersion, probe ? 1 : 0, static_cast<int64_t>(o.partition_bytes),
+                        o.autotune && o.probe_servers ? o.num_servers : 0, 0}));
   StartupOutcome out;
   out.partition_bytes = {static_cast<size_t>(plan[2]), o.partition_pinned && o.is_rank0 ? "set by BYTEPS_PARTITION_BYTES"
                                                        : o.is_rank0                     ? "the default"
@@ -142,6 +178,16 @@ StatusOr<StartupOutcome> AgreeOnSettings(Collective& c, const StartupOptions& o)
     } else {
       out.credit_bytes = {static_cast<size_t>(agreed[2]), "worker 0's start-up probe"};
     }
+  }
+  if (plan[3] != 0) {  // after the partition size is set: the probe's tensors are split as the job's
+    if (plan[3] != o.num_servers) {
+      return Precondition(fmt::format("worker 0 probes {} servers, this worker knows {}: the workers disagree on "
+                                      "DMLC_NUM_SERVER",
+                                      plan[3], o.num_servers));
+    }
+    c.SetPartitionBytes(out.partition_bytes.value);
+    BYTEPS_ASSIGN_OR_RETURN(std::vector<double> wire, ProbeServers(c, o.num_servers, &out.server_probe_times));
+    BYTEPS_ASSIGN_OR_RETURN(out.placement, c.ReportServerProbe(wire, kServerProbeBytes));
   }
   // Before the check below: a worker that fails it leaves the job, and the others learn that
   // from the job, not by waiting for it in a push_pull it skipped.

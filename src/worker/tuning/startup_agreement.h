@@ -10,13 +10,19 @@
 //
 // Sequence (the same on every worker, decided only by worker 0's plan, so nobody waits for a
 // push_pull the others skip):
-//   __byteps.tune.plan       int64[5]  worker 0: {version, probe?, partition bytes, 0, 0}
+//   __byteps.tune.plan       int64[5]  worker 0: {version, probe?, partition bytes, probe servers?, 0}
 //   probe only:
 //   __byteps.tune.rtt        int64[1] x 4       round trip R (the fastest of the last three)
 //   __byteps.tune.warm       1 MiB              warms connections and server buffers up
 //   __byteps.tune.p256, p1024, p4096            4 MiB each, 3 times, interleaved, in partitions of
 //                                               256 KiB, 1 MiB, 4 MiB: the fastest run gives B
 //   __byteps.tune.settings   int64[5]  worker 0: {version, partition, credit, goodput, round trip ns}
+//   probe servers only (a mixed placement: which rates the split should use):
+//   __byteps.tune.at<s>.rtt  int64[1] x 3, then
+//   __byteps.tune.at<s>      2 MiB x 2  pinned to server s (attribute "server=s"), for each server s
+//                                       in turn: each worker reports the wire times to the scheduler,
+//                                       whose first report re-places the servers (server_placement.h
+//                                       PlaceFromProbe) before any of the job's tensors is planned
 //   __byteps.tune.explore    int64[5]  every process: {can explore, 1, second candidate KiB, its square, 0}:
 //                                       the partition size is explored online only if all can,
 //                                       with the same candidates (engine_tuning.cc)
@@ -41,6 +47,8 @@ inline constexpr size_t kProbeWarmBytes = 1u << 20;
 inline constexpr size_t kProbeBytes = 4u << 20;
 inline constexpr std::array<size_t, 3> kProbeCandidates = {256u << 10, 1u << 20, 4u << 20};
 inline constexpr int kProbeRuns = 3;
+inline constexpr size_t kServerProbeBytes = 2u << 20;
+inline constexpr int kServerProbeRuns = 2;
 
 // What the procedure runs on: an in-place push_pull that blocks until the sum is back.
 class Collective {
@@ -49,6 +57,14 @@ class Collective {
   virtual Status PushPull(const std::string& name, void* data, size_t bytes, DataType dtype) = 0;
   // The partition size for tensors planned from now on.
   virtual void SetPartitionBytes(size_t bytes) = 0;
+  // The same push_pull with every partition on server `server` (the probe of that server's links).
+  virtual Status PushPullOnServer(const std::string& name, void* data, size_t bytes, DataType dtype, int server);
+  // The server probe's wire times to the scheduler; its answer: each server's share and its account.
+  struct Placement {
+    std::vector<double> shares;
+    std::string summary;
+  };
+  virtual StatusOr<Placement> ReportServerProbe(const std::vector<double>& seconds, size_t bytes);
 };
 
 // Worker 0's values, learnt by everyone through one push_pull of `name` in which worker 0
@@ -71,6 +87,10 @@ struct StartupOptions {
   // This process can explore the partition size online (autotune on, partition not pinned, its
   // host's only process): it does only where every process can.
   bool explore_partition = false;
+  // This worker would probe each server's links for the split (autotune on, servers on worker and
+  // on CPU machines, NIC rates not given by BYTEPS_NIC_GBPS, not loopback): worker 0's counts.
+  bool probe_servers = false;
+  int num_servers = 0;
   ModelInputs model;
 };
 
@@ -82,6 +102,10 @@ struct StartupOutcome {
   Choice credit_bytes;
   // Partition sizes to explore online ([0]: the one chosen above); empty: none.
   std::vector<size_t> partition_candidates;
+  // The server probe's (probe_servers): this worker's wire time per server for the log, and the
+  // scheduler's placement from then on; empty: not probed.
+  std::string server_probe_times;
+  Collective::Placement placement;
 };
 
 // B from the candidates' fastest times and the round trip: a push_pull of M bytes in partitions

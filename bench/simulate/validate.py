@@ -143,22 +143,34 @@ def rows() -> list[dict]:
     return out
 
 
+def _plan_order(placement: str) -> tuple[int, int]:
+    """byteps plan's preference among placements within 1 % of the fastest (python/byteps/sim/plan.py
+    over placements.candidates): fewest CPU machines, then its list's order: ring, colocated,
+    CPU-only, mixed."""
+    kind = 0 if placement in ("gloo", "ddp") else 1 if placement == "colocated" else 2 if placement.startswith("k=") else 3
+    return _cpu_machines(placement), kind
+
+
 def rankings(rs: list[dict]) -> list[dict]:
-    """Per collective setting with several measured placements: what byteps plan would pick among
-    them from the simulator next to the measured fastest."""
+    """Per setting with several measured placements (the collective cases, and the mixed section's
+    training cases): what byteps plan would pick among them from the simulator next to the
+    measured fastest. Times: seconds, or 1 / (img/s) for training."""
     groups: dict = {}
     for r, case in zip([r for r in rs if r["bench"] == "collective"], COLLECTIVE_CASES):
         n, placement, mib, mbit = case[:4]
-        groups.setdefault((n, mib, mbit), []).append((placement, r["predicted"], r["measured"]))
+        groups.setdefault(f"n={n} {mib} MiB @ {mbit:g} Mbit/s", []).append((placement, r["predicted"], r["measured"]))
+    for r, (model, n, gbps, mode, measured, src) in zip([r for r in rs if r["bench"] == "model_shaped"], MODEL_CASES):
+        if src == MIXED:
+            placement = mode.replace("defaults-", "")
+            groups.setdefault(f"{model} training n={n} @ {gbps:g} Gbit/s", []).append(
+                (placement, 1 / r["predicted"], 1 / measured))
     out = []
-    for (n, mib, mbit), items in groups.items():
+    for setting, items in groups.items():
         if len(items) < 2:
             continue
-        # byteps plan's rule: within 1 % of the fastest, fewest CPU machines, ring before colocated.
         best = min(i[1] for i in items)
-        cost = lambda p: (_cpu_machines(p), p != "gloo")
-        pick = min((i for i in items if i[1] <= best * 1.01), key=lambda i: cost(i[0]))[0]
-        out.append({"setting": f"n={n} {mib} MiB @ {mbit:g} Mbit/s", "placements": [i[0] for i in items],
+        pick = min((i for i in items if i[1] <= best * 1.01), key=lambda i: _plan_order(i[0]))[0]
+        out.append({"setting": setting, "placements": [i[0] for i in items],
                     "predicted_fastest": pick, "measured_fastest": min(items, key=lambda i: i[2])[0]})
     return out
 

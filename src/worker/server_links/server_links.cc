@@ -30,6 +30,7 @@ ServerLinks::~ServerLinks() { Shutdown(); }
 
 Status ServerLinks::OpenUpTo(int per_server) {
   for (size_t s = 0; s < links_.size(); ++s) {
+    int closed_at_once = 0;
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -38,6 +39,18 @@ Status ServerLinks::OpenUpTo(int per_server) {
       BYTEPS_ASSIGN_OR_RETURN(auto c, OpenAtStart(static_cast<int>(s)));
       const auto now = Clock::now();
       std::lock_guard<std::mutex> lock(mu_);
+      if (c->closed()) {
+        // Closed between its Hello and here (the server refused a duplicated handshake frame):
+        // its OnClose found no installed connection and let it go, so installing it would leave
+        // a dead link nobody reconnects (the closed flag is set before OnClose looks).
+        if (++closed_at_once >= kStartAttempts) {
+          return Unavailable(fmt::format("{} closed {} new connections at once",
+                                         protocol::Describe(links_[s].node), closed_at_once));
+        }
+        BYTEPS_LOG(Warning, "{} closed the new connection at once; connecting again",
+                   protocol::Describe(links_[s].node));
+        continue;
+      }
       links_[s].conns.push_back(c);
       links_[s].connected_at.push_back(now);
       links_[s].down_since.push_back(now);

@@ -87,6 +87,12 @@ struct Config {
   bool log_hide_time = false;          // BYTEPS_LOG_HIDE_TIME
   int ps_verbose = 0;                  // PS_VERBOSE (0..2; >=1 raises the level to INFO/DEBUG)
 
+  // Timeline (docs/tracing.md): BytePS's names and defaults.
+  bool trace_on = false;               // BYTEPS_TRACE_ON
+  std::string trace_dir = "./trace";   // BYTEPS_TRACE_DIR: <dir>/<local_rank>/comm.json per worker
+  int trace_start_step = 10;           // BYTEPS_TRACE_START_STEP (>= 1): a tensor's first traced round
+  int trace_end_step = 20;             // BYTEPS_TRACE_END_STEP (> start): the round tracing stops at
+
   // Compatibility.
   bool strict_config = false;          // BYTEPS_STRICT_CONFIG: the warnings below are errors
   // One line per variable that is set but ignored, or asks for what this build cannot do (with the

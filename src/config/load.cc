@@ -180,6 +180,10 @@ Status Validate(const Config& c) {
     return InvalidArgument(fmt::format(
         "BYTEPS_LOCAL_RANK={} is out of range for BYTEPS_LOCAL_SIZE={}", c.local_rank,
         c.local_size));
+  if (c.trace_on && c.trace_end_step <= c.trace_start_step)
+    return InvalidArgument(fmt::format(
+        "BYTEPS_TRACE_END_STEP={} must be greater than BYTEPS_TRACE_START_STEP={}: no step would be traced",
+        c.trace_end_step, c.trace_start_step));
   // One partition must fit in one message together with its header.
   if (c.max_message_bytes < kMessageOverhead ||
       c.max_message_bytes - kMessageOverhead < c.partition_bytes)

@@ -6,8 +6,6 @@
 namespace byteps::config {
 namespace {
 
-constexpr const char* kWhyTracing =
-    "the timeline trace is not built yet: no trace file is written";
 constexpr const char* kWhyNuma =
     "bpslaunch splits the allowed cores evenly over the local ranks (or follows BYTEPS_VISIBLE_CPU_CORES): "
     "no quotas, blacklist or hyperthread layout";
@@ -96,10 +94,6 @@ constexpr Entry Build(const char* name) {
 }
 
 constexpr Entry kCompatibility[] = {
-    Ignored("BYTEPS_TRACE_ON", kWhyTracing),
-    Ignored("BYTEPS_TRACE_START_STEP", kWhyTracing),
-    Ignored("BYTEPS_TRACE_END_STEP", kWhyTracing),
-    Ignored("BYTEPS_TRACE_DIR", kWhyTracing),
     Ignored("BYTEPS_NUMA_DEFAULT_QUOTA", kWhyNuma),
     Ignored("BYTEPS_NUMA_ROOT_QUOTA", kWhyNuma),
     Ignored("BYTEPS_CPU_BLACKLIST", kWhyNuma),

@@ -30,14 +30,14 @@ bps.shutdown()
 
 # What an original launch script typically exports, beyond the job's wiring.
 ORIGINAL_ENV = {
-    "BYTEPS_TRACE_ON": "1",            # ignored: warns
+    "BYTEPS_ENABLE_GDB": "1",          # ignored: warns
     "BYTEPS_NUMA_ROOT_QUOTA": "4",     # ignored: warns
     "BYTEPS_NCCL_NUM_RINGS": "2",      # ignored: warns
     "DMLC_ENABLE_RDMA": "ibverbs",     # mapped: the UCX transport (BYTEPS_TRANSPORT=ucx), silently
     "BYTEPS_CUDA_HOME": "/usr/local/cuda",   # build-time: silent
     "BYTEPS_WITHOUT_MXNET": "1",             # build-time: silent
 }
-IGNORED = ("BYTEPS_TRACE_ON", "BYTEPS_NUMA_ROOT_QUOTA", "BYTEPS_NCCL_NUM_RINGS")
+IGNORED = ("BYTEPS_ENABLE_GDB", "BYTEPS_NUMA_ROOT_QUOTA", "BYTEPS_NCCL_NUM_RINGS")
 
 
 def test_a_job_with_the_originals_variables_runs_and_warns_once_per_process(run_job):
@@ -51,7 +51,7 @@ def test_a_job_with_the_originals_variables_runs_and_warns_once_per_process(run_
             assert "is accepted and ignored: " in hits[0], hits[0]
         assert not [ln for ln in lines if "DMLC_ENABLE_RDMA" in ln], (role, lines)  # honoured: UCX
         assert not [ln for ln in lines if "BYTEPS_CUDA_HOME" in ln or "BYTEPS_WITHOUT_MXNET" in ln], lines
-    assert "the timeline trace is not built yet" in result.output
+    assert "bpslaunch does not wrap commands in gdb" in result.output
 
 
 def test_strict_config_makes_them_a_start_up_error_naming_each(run_job):
@@ -63,14 +63,15 @@ def test_strict_config_makes_them_a_start_up_error_naming_each(run_job):
 
 
 def test_byteps_info_config_lists_every_variable_with_its_disposition():
-    out = subprocess.run([str(CORE_BINARY), "info", "--config"], env=job_env({"BYTEPS_TRACE_ON": "1"}),
+    out = subprocess.run([str(CORE_BINARY), "info", "--config"], env=job_env({"BYTEPS_ENABLE_GDB": "1"}),
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     rows = {m.group(2): (m.group(1) == "*", m.group(3), m.group(4))
             for m in re.finditer(r"(?m)^([ *]) (\S+)\s+(honoured|mapped|ignored|build-time)\s+(.*)$", out.stdout)}
     assert rows["BYTEPS_PARTITION_BYTES"][1] == "honoured"
     assert rows["DMLC_ENABLE_UCX"][1] == "mapped" and "BYTEPS_TRANSPORT=ucx" in rows["DMLC_ENABLE_UCX"][2]
-    assert rows["BYTEPS_TRACE_ON"] == (True, "ignored", "the timeline trace is not built yet: no trace file is written")
+    assert rows["BYTEPS_ENABLE_GDB"] == (True, "ignored", "bpslaunch does not wrap commands in gdb; run `gdb --args` yourself")
+    assert rows["BYTEPS_TRACE_ON"][1] == "honoured"
     assert rows["BYTEPS_NCCL_HOME"][1] == "honoured"  # build-time, and searched at run time
     assert rows["BYTEPS_CUDA_INCLUDE"][1] == "build-time"
     assert len(rows) >= 100, len(rows)

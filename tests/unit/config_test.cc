@@ -478,16 +478,16 @@ TEST(ConfigCompat, WhatCannotBeHonouredWarnsLoudlyWithTheFallback) {
 }
 
 TEST(ConfigCompat, StrictConfigTurnsEveryWarningIntoAnError) {
-  Environment env = {{"BYTEPS_STRICT_CONFIG", "1"}, {"BYTEPS_TRACE_ON", "1"}, {"DMLC_ENABLE_RDMA", "1"},
+  Environment env = {{"BYTEPS_STRICT_CONFIG", "1"}, {"BYTEPS_ENABLE_GDB", "1"}, {"DMLC_ENABLE_RDMA", "1"},
                      {"BYTEPS_TRANSPORT", "tcp"}, {"BYTEPS_CUDA_HOME", "/usr/local/cuda"}};
   const std::string m = LoadError(env);
-  EXPECT_NE(m.find("BYTEPS_TRACE_ON=1 is accepted and ignored: the timeline trace is not built yet"),
+  EXPECT_NE(m.find("BYTEPS_ENABLE_GDB=1 is accepted and ignored: bpslaunch does not wrap commands in gdb"),
             std::string::npos) << m;
   EXPECT_NE(m.find("DMLC_ENABLE_RDMA=1 asks for RDMA (the UCX transport), but BYTEPS_TRANSPORT=tcp is set"),
             std::string::npos) << m;
   EXPECT_NE(m.find("(an error with BYTEPS_STRICT_CONFIG=1)"), std::string::npos) << m;
   EXPECT_EQ(m.find("BYTEPS_CUDA_HOME"), std::string::npos) << "build-time names stay silent: " << m;
-  env.erase("BYTEPS_TRACE_ON");
+  env.erase("BYTEPS_ENABLE_GDB");
   env.erase("DMLC_ENABLE_RDMA");
   EXPECT_TRUE(MustLoad(env).strict_config);
 }
@@ -601,6 +601,23 @@ TEST(ConfigValidate, HeartbeatTimeoutExceedsInterval) {
   EXPECT_TRUE(Validate(c).ok());
 }
 
+TEST(ConfigValidate, TraceStepsMustLeaveAStepToTrace) {
+  EXPECT_EQ(LoadError({{"BYTEPS_TRACE_ON", "1"}, {"BYTEPS_TRACE_START_STEP", "5"}, {"BYTEPS_TRACE_END_STEP", "5"}}),
+            "BYTEPS_TRACE_END_STEP=5 must be greater than BYTEPS_TRACE_START_STEP=5: no step would be traced");
+  EXPECT_EQ(LoadError({{"BYTEPS_TRACE_START_STEP", "0"}}),
+            "BYTEPS_TRACE_START_STEP='0': expected an integer >= 1");
+  // Tracing off: the steps are not used, so a leftover pair does not stop the job.
+  EXPECT_FALSE(MustLoad({{"BYTEPS_TRACE_START_STEP", "5"}, {"BYTEPS_TRACE_END_STEP", "3"}}).trace_on);
+  const Config c = MustLoad({{"BYTEPS_TRACE_ON", "1"}, {"BYTEPS_TRACE_DIR", "/tmp/t"},
+                             {"BYTEPS_TRACE_START_STEP", "2"}, {"BYTEPS_TRACE_END_STEP", "4"}});
+  EXPECT_TRUE(c.trace_on);
+  EXPECT_EQ(c.trace_dir, "/tmp/t");
+  EXPECT_EQ(c.trace_start_step, 2);
+  EXPECT_EQ(c.trace_end_step, 4);
+  EXPECT_EQ(MustLoad({{"BYTEPS_TRACE_ON", "1"}, {"BYTEPS_TRACE_DIR", ""}}).trace_dir, "./trace")
+      << "an empty value counts as unset: the default folder";
+}
+
 TEST(ConfigValidate, LocalRankBelowLocalSizeAlways) {
   Config c;  // not distributed: still checked
   c.local_rank = 4;
@@ -698,7 +715,7 @@ TEST(ConfigDescribe, ShowsEffectiveValuesAndSource) {
   Environment env = Dist();
   env["BYTEPS_PARTITION_BYTES"] = "4096k";
   env["BYTEPS_LOG_LEVEL"] = "debug";
-  env["BYTEPS_TRACE_ON"] = "1";
+  env["BYTEPS_ENABLE_GDB"] = "1";
   env["BYTEPS_JOB_SECRET"] = "hunter2";
   env["DMLC_INTERFACE"] = "";  // empty = unset
   Config c = MustLoad(env);
@@ -733,7 +750,7 @@ TEST(ConfigDescribe, ShowsEffectiveValuesAndSource) {
   EXPECT_NE(secret->find("***"), std::string::npos);
 
   // Ignored names appear only when present, after the registered settings.
-  const std::string* trace = FindLine(lines, "BYTEPS_TRACE_ON");
+  const std::string* trace = FindLine(lines, "BYTEPS_ENABLE_GDB");
   ASSERT_NE(trace, nullptr);
   EXPECT_NE(trace->find("ignored"), std::string::npos);
   EXPECT_EQ(FindLine(lines, "BYTEPS_NUMA_ROOT_QUOTA"), nullptr);

@@ -40,7 +40,10 @@ def placement_of(token: str, n: int) -> tuple[int, str, str]:
     return server_count(n, k, placement), placement, label
 
 
-def run_one(model: str, n: int, mode: str, args: argparse.Namespace, k_token: str = "n") -> dict:
+def run_one(model: str, n: int, mode: str, args: argparse.Namespace, k_token: str = "n",
+            extra_env: dict | None = None, wrap_argv=None) -> dict:
+    """One job; rank 0's RESULT. extra_env is added to every process's environment and
+    wrap_argv(argv) may wrap the workers' command (bench.trace_overhead)."""
     argv = [sys.executable, "-m", "bench.model_shaped.workload", "--model", model, "--mode", mode,
             "--iters", str(args.iters), "--warmup", str(args.warmup), "--link-gbit", str(args.rate / 1000)]
     if mode.startswith("byteps") and not args.defaults:
@@ -48,7 +51,9 @@ def run_one(model: str, n: int, mode: str, args: argparse.Namespace, k_token: st
     if args.time_scale != 1.0 or args.shrink != 1:  # smoke runs only: not comparable figures
         argv += ["--time-scale", str(args.time_scale), "--shrink", str(args.shrink)]
     env = {**({} if args.no_tuned or args.defaults else TUNED), "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600"}
+           "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600", **(extra_env or {})}
+    if wrap_argv is not None:
+        argv = wrap_argv(argv)
     servers, placement, _ = placement_of(k_token, n) if mode.startswith("byteps") else (n, SEPARATE, "")
     with Testbed(hosts_needed(n, servers, placement), rate_mbit=args.rate) as tb:
         res = run_job(tb, n, servers, argv, placement=placement, env=env, timeout=args.timeout,

@@ -72,6 +72,9 @@ class Scheduler : public transport::Handler {
   void WaitEveryRegistrationAnswered(double timeout_s);
   // Ends the job now with `reason` (e.g. on SIGTERM): nodes get Terminate(failure).
   void Stop(const Status& reason);
+  // For kill -USR1 (scheduler_report.cc): the nodes, when each was last heard from, who is
+  // missing, the open barriers. Text, a line each.
+  std::string Report() const;
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;
@@ -109,6 +112,7 @@ class Scheduler : public transport::Handler {
   void NoteRegistrationAnswered(const std::string& payload);
   void TerminateLocked(uint64_t code, Outbox* out);
   std::string MissingLocked() const;
+  int CountLocked(const char* role) const;  // registered nodes of `role`
   void Watchdog();
   // One pass of the watchdog at time `now`: the start deadline, rejoin deadlines, heartbeats.
   void CheckDeadlinesLocked(Clock::TimePoint now, Outbox* out);

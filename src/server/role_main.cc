@@ -1,10 +1,13 @@
 #include "server/role_main.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "cluster/cluster_client.h"
 #include "cluster/cluster_config.h"
 #include "common/logging.h"
+#include "common/report_file.h"
+#include "common/report_signal.h"
 #include "server/server.h"
 #include "server/server_config.h"
 #include "transport/transport_config.h"
@@ -21,10 +24,21 @@ Status RunServer(const config::Config& c) {
   cluster::ClientOptions co = cluster::ClientOptionsFor(c, "server", port.value());
   auto client = cluster::ClusterClient::Join(*control, co, nullptr);
   if (!client.ok()) return client.status();
-  log::SetIdentity(fmt::format("server:{}", client.value()->rank()));
+  const int rank = client.value()->rank();
+  log::SetIdentity(fmt::format("server:{}", rank));
+  // kill -USR1: the open rounds, to a file (common/report_file.h).
+  const int report = report_signal::Add([&server, &c, rank] {
+    const std::string text = fmt::format("byteps stall report of server {} (pid {})\nreason: asked for with kill -USR1\n"
+                                          "open rounds: key, tensor, round, workers that pushed, workers waited for\n{}",
+                                          rank, getpid(), server.OpenRounds(1.0));
+    auto path = report_file::Write(report_file::Folder(c.trace_on, c.trace_dir), fmt::format("server{}", rank), text);
+    if (path.ok()) BYTEPS_LOG(Warning, "stall report (kill -USR1) written to {}", path.value());
+    else BYTEPS_LOG(Warning, "{}", path.status().message());
+  });
   BYTEPS_LOG(Info, "serving on {}:{} for {} workers with {} engine threads", co.host, port.value(), c.num_workers,
              c.server_engine_threads);
   Status st = client.value()->WaitTerminate();
+  report_signal::Remove(report);
   server.Shutdown();
   client.value().reset();
   control->Shutdown();

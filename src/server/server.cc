@@ -50,6 +50,15 @@ StatusOr<int> Server::Listen(const std::string& host, int port) {
   return p;  // an error names the address; the caller names the role (byteps server: ...)
 }
 
+std::string Server::OpenRounds(double timeout_s) {
+  std::string out;
+  for (auto& shard : shards_) {
+    auto rounds = shard->OpenRounds(timeout_s);
+    out += rounds.ok() ? rounds.value() : fmt::format("  ({})\n", rounds.status().message());
+  }
+  return out.empty() ? "  (none)\n" : out;
+}
+
 size_t Server::keys_held() const {
   size_t n = 0;
   for (const auto& s : shards_) n += s->keys_held();

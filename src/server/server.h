@@ -35,6 +35,9 @@ class Server : public transport::Handler {
   size_t keys_held() const;
   size_t keys_freed() const;
   uint64_t pushed_bytes() const;  // bytes of pushes taken so far (logged at shutdown)
+  // The stall report's body: every shard's open rounds (a line each), or a line saying which
+  // shard did not answer within timeout_s.
+  std::string OpenRounds(double timeout_s);
 
   StatusOr<transport::RecvBuffer> OnHeader(transport::Connection& c, const protocol::Header& h) override;
   void OnFrame(transport::Connection& c, const protocol::Header& h, transport::RecvBuffer b) override;

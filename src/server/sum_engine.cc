@@ -74,6 +74,7 @@ void SumEngine::Run() {
       else if (auto* l = std::get_if<LeaveTask>(&t)) HandleLeave(*l);
       else if (auto* r = std::get_if<ReleaseTask>(&t)) HandleRelease(*r);
       else if (std::holds_alternative<JoinTask>(t)) HandleJoin();
+      else if (auto* rp = std::get_if<ReportTask>(&t)) rp->out->set_value(DescribeOpenRounds());
     }
     batch.clear();
   }

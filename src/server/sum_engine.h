@@ -24,6 +24,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,6 +87,11 @@ struct ReleaseTask {
 // Someone joined (JoinBoard): open rounds whose non-joined members all pushed complete now.
 struct JoinTask {};
 
+// The stall report (kill -USR1): the shard's open rounds, as text (sum_engine_report.cc).
+struct ReportTask {
+  std::shared_ptr<std::promise<std::string>> out;
+};
+
 class SumEngine {
  public:
   // `board`: the server's joined workers, shared by its shards (null: a board of this shard's own).
@@ -99,6 +105,10 @@ class SumEngine {
   void Post(LeaveTask t);
   void Post(ReleaseTask t);
   void Post(JoinTask t);
+  // The open rounds of this shard's keys: one line each (the key, its tensor, who pushed, who is
+  // missing, replies waiting), taken on the shard's thread. Unavailable when the shard does not
+  // answer within timeout_s.
+  StatusOr<std::string> OpenRounds(double timeout_s);
   // Keys this shard holds state for / has freed (any thread; a snapshot).
   size_t keys_held() const { return held_.load(std::memory_order_relaxed); }
   size_t keys_freed() const { return freed_.load(std::memory_order_relaxed); }
@@ -140,12 +150,13 @@ class SumEngine {
     // the whole partition.
     std::vector<std::pair<uint64_t, uint64_t>> scatter;
   };
-  using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask, JoinTask>;
+  using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask, JoinTask, ReportTask>;
 
   void Run();
   void HandleInit(InitTask& t);
   void HandlePush(PushTask& t);
   void HandleLeave(const LeaveTask& t);
+  std::string DescribeOpenRounds() const;  // sum_engine_report.cc
   void HandleRelease(const ReleaseTask& t);  // sum_engine_release.cc
   // sum_engine_join.cc: completes every open round that no longer waits for anyone.
   void HandleJoin();

@@ -58,6 +58,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
   }
   e->StartNames();
   e->StartPipeline();
+  e->StartReports();
   if (config.distributed()) {
     if (Status st = e->TuneAtStart(); !st.ok()) {
       // E.g. another pinned partition size, or servers this process cannot reach with its
@@ -342,10 +343,6 @@ Status Engine::CheckConcat(const TensorRequest& r) const {
 StatusOr<bool> Engine::Poll(HandleId h) { return handles_->Poll(h); }
 
 void Engine::Release(HandleId h) { handles_->Release(h); }
-
-Status Engine::Wait(HandleId h, double timeout_s) {
-  return handles_->Wait(h, timeout_s < 0 ? config_.op_timeout_s : timeout_s);
-}
 
 StatusOr<uint32_t> Engine::Declare(const std::string& name, std::optional<std::pair<size_t, DataType>> size) {
   std::vector<planning::Retired> retired;

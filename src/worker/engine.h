@@ -14,6 +14,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <cstdint>
 #include <memory>
@@ -169,6 +170,11 @@ class Engine {
   // The partition size in use: the online verdict's once applied, else the assigner's (plan_mu_).
   size_t PartitionInUseLocked() const;
   void FailAll(const Status& st);
+  // The stall report (engine_report.cc): written on a Wait's deadline and on kill -USR1; returns
+  // its path ("" when it could not be written: logged). A report younger than a second is reused.
+  void StartReports();
+  void StopReports();
+  std::string StallReport(const std::string& reason);
   // A failure the job cannot go on after (a round that can never complete, a start-up that failed
   // after the rendezvous): FailAll, and tell the scheduler now, which ends the job on every node
   // naming it (instead of the others waiting for BYTEPS_TIMEOUT or this process's disconnect).
@@ -214,6 +220,11 @@ class Engine {
   // The credit tuner that a verdict started waits for the next Enqueue to open its first
   // iteration and apply its credit (guarded by plan_mu_).
   std::optional<size_t> credit_switch_;
+
+  int report_signal_ = 0;  // report_signal.h id; 0: none
+  std::mutex report_mu_;
+  std::chrono::steady_clock::time_point last_report_at_{};  // guarded by report_mu_
+  std::string last_report_path_;                            // guarded by report_mu_
 
   mutable std::mutex mu_;
   Status failure_;          // guarded by mu_

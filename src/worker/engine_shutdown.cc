@@ -84,6 +84,7 @@ Engine::~Engine() {
     std::lock_guard<std::mutex> lock(mu_);
     shut_down_ = true;  // FailAll no longer reaches the parts released below
   }
+  StopReports();                           // no report asks the loop after this
   if (stand_ins_) stand_ins_->Stop(0);     // no stand-in starts after this
   if (loop_) loop_->Stop();                // no stage starts anything after this
   if (links_) links_->Shutdown();

@@ -159,6 +159,69 @@ TEST(DispatchLoopTest, TheStallGuardFiresWithNobodyWaiting) {
   loop.Stop();
 }
 
+TEST(DispatchLoopTest, TheSnapshotSaysWhereEveryPartitionIs) {
+  // A credit of one partition: of b's two partitions one runs in the stage, one is queued for
+  // credit; a second round of b waits behind the first; a has finished and is not listed.
+  pipeline::HandleTable handles;
+  pipeline::Dispatcher::Options o;
+  o.credit_bytes = 16;
+  o.stall_period = std::chrono::hours(1);
+  pipeline::DispatchLoop loop(
+      o, [&](pipeline::PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
+  class Held : public pipeline::Stage {
+   public:
+    explicit Held(pipeline::StageSink* s) : pipeline::Stage("held", s) {}
+    size_t CreditFor(const pipeline::PartitionTask& t) const override { return t.len; }
+    void Start(pipeline::PartitionTask* t) override {
+      if (t->op->request.name == "a") return sink()->Complete(t, Status::Ok());
+      std::lock_guard<std::mutex> lock(mu);
+      started.push_back(t);
+    }
+    std::mutex mu;
+    std::vector<pipeline::PartitionTask*> started;
+  } held(&loop);
+  loop.AddStage(&held);
+  loop.Start();
+  pipeline::Pipeline p({&held});
+  auto a = MakePlan("a", 0, 1, 8), b = MakePlan("b", 1, 2, 16, DataType::kFloat32, /*server=*/3);
+  std::vector<float> buf(16);
+  auto op_a = MakeOp(*a, p, buf.data(), buf.data());
+  HandleId ha = handles.Add(op_a);
+  loop.Submit(op_a);
+  ASSERT_TRUE(handles.Wait(ha, 5).ok());
+  auto b1 = MakeOp(*b, p, buf.data(), buf.data()), b2 = MakeOp(*b, p, buf.data(), buf.data());
+  handles.Add(b1);
+  handles.Add(b2);
+  loop.Submit(b1);
+  loop.Submit(b2);
+  auto snap = loop.Snapshot(5);
+  ASSERT_TRUE(snap.ok()) << snap.status().message();
+  const pipeline::InFlight& f = snap.value();
+  EXPECT_EQ(f.operations, 2u);
+  EXPECT_EQ(f.credit_in_flight, 16u);
+  EXPECT_EQ(f.credit_limit, 16u);
+  ASSERT_EQ(f.tasks.size(), 4u);
+  using W = pipeline::PartitionTask::Where;
+  EXPECT_EQ(f.tasks[0].tensor, "b");
+  EXPECT_EQ(f.tasks[0].stage, "held");
+  EXPECT_EQ(f.tasks[0].server, 3);
+  EXPECT_EQ(f.tasks[0].round, 1u);
+  EXPECT_EQ(f.tasks[0].where, W::kRunning);
+  EXPECT_EQ(f.tasks[1].where, W::kQueued);
+  EXPECT_EQ(f.tasks[2].where, W::kWaitingRound);
+  EXPECT_EQ(f.tasks[3].where, W::kWaitingRound);
+  EXPECT_EQ(f.tasks[2].round, 2u);
+  EXPECT_GE(f.tasks[0].age_s, 0.0);
+  loop.FailAll(Aborted("done"));
+  {
+    std::lock_guard<std::mutex> lock(held.mu);
+    for (auto* t : held.started) loop.Complete(t, Aborted("done"));
+  }
+  EXPECT_TRUE(handles.WaitIdle(5));
+  loop.Stop();
+  EXPECT_FALSE(loop.Snapshot(1).ok()) << "a stopped loop says so instead of waiting";
+}
+
 TEST(HandleTableTest, PollWaitAndTheFirstErrorWithTheTensorsName) {
   pipeline::HandleTable handles;
   pipeline::Pipeline p;

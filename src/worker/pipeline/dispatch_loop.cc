@@ -1,6 +1,9 @@
 #include "worker/pipeline/dispatch_loop.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
+
+#include <algorithm>
 
 namespace byteps::worker::pipeline {
 
@@ -61,6 +64,53 @@ void DispatchLoop::SetCredit(size_t bytes) {
   cv_.notify_one();
 }
 
+StatusOr<InFlight> DispatchLoop::Snapshot(double timeout_s) {
+  auto slot = std::make_shared<std::promise<InFlight>>();
+  std::future<InFlight> answer = slot->get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || !thread_.joinable()) return Unavailable("the dispatcher thread is not running");
+    snapshots_.push_back(std::move(slot));
+  }
+  cv_.notify_one();
+  if (answer.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
+    return Unavailable(fmt::format("the dispatcher thread did not answer within {:g} s (it is stuck in a stage)",
+                                   timeout_s));
+  }
+  return answer.get();
+}
+
+InFlight DispatchLoop::TakeSnapshot() const {
+  InFlight f;
+  f.credit_in_flight = core_.credit_in_flight();
+  f.credit_limit = core_.credit_limit();
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<const Operation*> ops;
+  for (const auto& [op, entry] : live_) ops.push_back(op);
+  std::sort(ops.begin(), ops.end(), [](const Operation* a, const Operation* b) {
+    return a->submitted_at < b->submitted_at || (a->submitted_at == b->submitted_at && a->id < b->id);
+  });
+  f.operations = ops.size();
+  for (const Operation* op : ops) {
+    for (const PartitionTask& t : op->parts) {
+      if (t.where == PartitionTask::Where::kFinished) continue;
+      TaskState s;
+      s.tensor = op->request.name;
+      s.part = t.part;
+      s.parts = op->parts.size();
+      s.key = t.key;
+      s.round = t.round;
+      s.server = t.server;
+      s.bytes = t.len;
+      s.stage = t.stage < op->pipeline->size() ? op->pipeline->at(t.stage)->name() : "";
+      s.where = t.where;
+      s.age_s = std::chrono::duration<double>(now - op->submitted_at).count();
+      f.tasks.push_back(std::move(s));
+    }
+  }
+  return f;
+}
+
 void DispatchLoop::Finished(PartitionTask* task, const Status& status) {
   on_finished_(task, status);
   auto it = live_.find(task->op);
@@ -73,12 +123,14 @@ void DispatchLoop::Loop() {
   std::vector<std::pair<PartitionTask*, Status>> completed;
   std::vector<Status> failures;
   std::optional<size_t> credit;
+  std::vector<std::shared_ptr<std::promise<InFlight>>> snapshots;
   std::optional<Dispatcher::Clock::time_point> wake;
   for (bool last = false; !last;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto ready = [&] {
-        return stop_ || !submitted_.empty() || !completed_.empty() || !failures_.empty() || credit_.has_value();
+        return stop_ || !submitted_.empty() || !completed_.empty() || !failures_.empty() || credit_.has_value() ||
+               !snapshots_.empty();
       };
       if (wake) cv_.wait_until(lock, *wake, ready);
       else cv_.wait(lock, ready);
@@ -87,6 +139,7 @@ void DispatchLoop::Loop() {
       completed.swap(completed_);
       failures.swap(failures_);
       credit = std::exchange(credit_, std::nullopt);
+      snapshots.swap(snapshots_);
     }
     if (credit) core_.SetCredit(*credit);
     const auto now = Dispatcher::Clock::now();
@@ -102,7 +155,13 @@ void DispatchLoop::Loop() {
     completed.clear();
     failures.clear();
     wake = core_.Run(Dispatcher::Clock::now());
+    for (auto& slot : snapshots) slot->set_value(TakeSnapshot());
+    snapshots.clear();
   }
+  // Stopped: whoever still asks gets an empty answer rather than a broken promise.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& slot : snapshots_) slot->set_value(InFlight{});
+  snapshots_.clear();
 }
 
 }  // namespace byteps::worker::pipeline

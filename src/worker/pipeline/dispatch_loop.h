@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "worker/pipeline/dispatcher.h"
+#include "worker/pipeline/in_flight.h"
 #include "worker/pipeline/stage.h"
 
 namespace byteps::worker::pipeline {
@@ -43,9 +45,14 @@ class DispatchLoop : public StageSink {
   // A new credit (bytes in flight; 0 = no cap), applied on the dispatcher thread before its next
   // pass: tasks already started keep theirs.
   void SetCredit(size_t bytes);
+  // Every partition in the pipeline, taken on the dispatcher thread between two passes (for the
+  // stall report). Unavailable when the thread does not answer within timeout_s (it is stuck
+  // or stopped).
+  StatusOr<InFlight> Snapshot(double timeout_s);
 
  private:
   void Loop();
+  InFlight TakeSnapshot() const;
   void Finished(PartitionTask* task, const Status& status);
 
   Dispatcher::Finished on_finished_;
@@ -59,6 +66,7 @@ class DispatchLoop : public StageSink {
   std::vector<std::pair<PartitionTask*, Status>> completed_;     // guarded by mu_
   std::vector<Status> failures_;                                 // guarded by mu_
   std::optional<size_t> credit_;                                 // guarded by mu_
+  std::vector<std::shared_ptr<std::promise<InFlight>>> snapshots_;  // guarded by mu_
   bool stop_ = false;                                            // guarded by mu_
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // set before the thread runs anything

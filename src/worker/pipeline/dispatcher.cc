@@ -12,6 +12,7 @@ void Dispatcher::Submit(Operation* op) {
   for (PartitionTask& t : op->parts) {
     t.round = round;
     t.stage = 0;
+    t.where = PartitionTask::Where::kWaitingRound;
     if (rounds_.Enter(&t)) Enter(&t);
   }
 }
@@ -20,6 +21,7 @@ void Dispatcher::Enter(PartitionTask* task) {
   const Pipeline& p = *task->op->pipeline;
   if (!failure_.ok()) return Fail(task, task->stage, failure_);
   if (task->stage >= p.size()) return Finish(task, Status::Ok());
+  task->where = PartitionTask::Where::kQueued;
   p.at(task->stage)->queue().Push(task);
 }
 
@@ -42,6 +44,7 @@ void Dispatcher::Fail(PartitionTask* task, size_t first_unreached_stage, const S
 }
 
 void Dispatcher::Finish(PartitionTask* task, const Status& status) {
+  task->where = PartitionTask::Where::kFinished;
   PartitionTask* next = rounds_.Leave(task);
   on_finished_(task, status);  // may release the task's operation: task is not touched after this
   if (next) Enter(next);
@@ -87,6 +90,7 @@ std::optional<Dispatcher::Clock::time_point> Dispatcher::Run(Clock::time_point n
         if (need > 0) holding_credit_.insert(t);
         last_progress_ = now;
         here = true;
+        t->where = PartitionTask::Where::kRunning;
         s->Start(t);  // may complete t (or others) right here, through Complete
       }
       if (here) s->Flush();

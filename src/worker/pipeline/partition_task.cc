@@ -12,6 +12,7 @@ std::shared_ptr<Operation> MakeOperation(const TensorRequest& request, const pla
   op->request = request;
   op->plan = &plan;
   op->pipeline = pipeline;
+  op->submitted_at = std::chrono::steady_clock::now();
   op->parts.resize(plan.partitions.size());
   op->sliced_replies = request.attrs.find(protocol::kAttrScatter) != std::string::npos;
   for (size_t i = 0; i < op->parts.size(); ++i) {

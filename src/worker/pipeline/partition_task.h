@@ -10,6 +10,7 @@
 // fields are guarded by the HandleTable.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,8 @@ struct PartitionTask {
   // processes per host): the push says so (protocol::kFlagJoinedShare).
   bool joined_share = false;
   // Dispatcher bookkeeping (dispatcher thread only).
+  enum class Where : uint8_t { kWaitingRound, kQueued, kRunning, kFinished };
+  Where where = Where::kWaitingRound;  // in its current stage: for the stall report
   size_t stage = 0;          // index of the current stage in the pipeline
   size_t credit_bytes = 0;   // credit held while in a credit-using stage (0 = none)
   uint64_t seq = 0;          // FIFO tie-break in stage queues
@@ -56,6 +59,8 @@ struct Operation {
   const planning::TensorPlan* plan = nullptr;
   const Pipeline* pipeline = nullptr;
   std::vector<PartitionTask> parts;
+  // When the framework's call submitted it (set before submission; read by the stall report).
+  std::chrono::steady_clock::time_point submitted_at{};
   // A reducescatter (attribute "scatter"): each reply is this worker's slice of the partition.
   bool sliced_replies = false;
   // A device tensor: the event recorded on the framework's stream when the call was made (the

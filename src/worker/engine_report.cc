@@ -1,0 +1,61 @@
+// Engine: the stall report (diagnostics/stall_report.h), on a deadline and on kill -USR1.
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "common/report_file.h"
+#include "common/report_signal.h"
+#include "worker/diagnostics/stall_report.h"
+#include "worker/engine.h"
+#include "worker/pipeline/dispatch_loop.h"
+#include "worker/pipeline/handle_table.h"
+
+namespace byteps::worker {
+namespace {
+constexpr double kSnapshotTimeoutS = 1;
+constexpr auto kReuseWithin = std::chrono::seconds(1);  // many waits time out at once: one report
+}  // namespace
+
+void Engine::StartReports() {
+  report_signal_ = report_signal::Add([this] {
+    const std::string path = StallReport("asked for with kill -USR1");
+    if (!path.empty()) BYTEPS_LOG(Warning, "stall report (kill -USR1) written to {}", path);
+  });
+}
+
+void Engine::StopReports() {
+  if (report_signal_ != 0) report_signal::Remove(std::exchange(report_signal_, 0));
+}
+
+std::string Engine::StallReport(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(report_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (!last_report_path_.empty() && now - last_report_at_ < kReuseWithin) return last_report_path_;
+  pipeline::InFlight in_flight;
+  std::string note;
+  if (auto snap = loop_->Snapshot(kSnapshotTimeoutS); snap.ok()) {
+    in_flight = std::move(snap.value());
+  } else {
+    note = fmt::format("note: {}\n", snap.status().message());
+  }
+  const std::string text =
+      diagnostics::FormatStallReport(in_flight, fmt::format("worker {} (rank {})", host_rank_, rank_), reason) + note;
+  auto path = report_file::Write(report_file::Folder(config_.trace_on, config_.trace_dir), fmt::format("worker{}", rank_),
+                                 text);
+  if (!path.ok()) {
+    BYTEPS_LOG(Warning, "{}", path.status().message());
+    return "";
+  }
+  last_report_at_ = now;
+  last_report_path_ = path.value();
+  return last_report_path_;
+}
+
+Status Engine::Wait(HandleId h, double timeout_s) {
+  Status st = handles_->Wait(h, timeout_s < 0 ? config_.op_timeout_s : timeout_s);
+  if (st.code() != StatusCode::kDeadlineExceeded) return st;
+  const std::string path = StallReport(st.message());
+  if (path.empty()) return st;
+  return DeadlineExceeded(fmt::format("{}; what this worker held then: {}", st.message(), path));
+}
+
+}  // namespace byteps::worker

@@ -82,10 +82,10 @@ class Progress:
         self._on = (not _OFF) if enabled is None else enabled
         self._bar = None
         self._above: Optional[_AboveTheBar] = None
-        self._t0 = time.monotonic()
+        self._t0 = time.perf_counter()
 
     def __enter__(self) -> "Progress":
-        self._t0 = time.monotonic()
+        self._t0 = time.perf_counter()
         if self._on and _is_terminal(self._stream):
             try:
                 from tqdm import tqdm  # noqa: PLC0415 - only a terminal needs it
@@ -109,7 +109,7 @@ class Progress:
             self._bar.refresh()  # update() may skip drawing within tqdm's mininterval
             return
         of = "" if self.total is None else f"/{self.total}"
-        self._stream.write(f"[{self.name} {self.count}{of} {time.monotonic() - self._t0:.0f} s] {label}\n")
+        self._stream.write(f"[{self.name} {self.count}{of} {time.perf_counter() - self._t0:.0f} s] {label}\n")
         self._stream.flush()
 
     def __exit__(self, exc_type, *_) -> None:

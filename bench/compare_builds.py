@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tools.progress import Progress
+
 REPO = Path(__file__).resolve().parents[1]
 
 CASES = {
@@ -67,14 +69,16 @@ def main(argv=None) -> int:
             ap.error(f"--{name} {path}: no python/byteps/_bin/byteps-core (build it with scripts/build.sh)")
     cases = a.cases.split(",")
     rounds = []
-    for r in range(a.rounds):
-        order = ["base", "new"] if r % 2 == 0 else ["new", "base"]
-        row = {}
-        for case in cases:
-            for b in order:
-                row[f"{b}.{case}"] = run_case(builds[b], case, a.timeout)
-        rounds.append(row)
-        print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(row.items())), flush=True)
+    with Progress(a.rounds * len(cases) * 2, "compare_builds") as progress:
+        for r in range(a.rounds):
+            order = ["base", "new"] if r % 2 == 0 else ["new", "base"]
+            row = {}
+            for case in cases:
+                for b in order:
+                    progress.step(f"round {r + 1}: {case}, {b} build")
+                    row[f"{b}.{case}"] = run_case(builds[b], case, a.timeout)
+            rounds.append(row)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(row.items())), flush=True)
     medians = {k: statistics.median(rr[k] for rr in rounds) for k in rounds[0]}
     print(f"\n| case | unit | base (median) | new (median) | new/base | better |")
     print("|---|---|---|---|---|---|")

@@ -27,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 from tools.localjob import hermetic_env, run_bpsrun
+from tools.progress import Progress
 
 WORKER = r'''
 import json, sys, time
@@ -70,7 +71,8 @@ def main() -> int:
     if a.n < 2 or a.mib <= 0 or a.iters < 1:
         ap.error("--n >= 2, --mib > 0 and --iters >= 1")
     rows = max(1, int(a.mib * 1024))
-    with tempfile.TemporaryDirectory(prefix="bench-allgather-") as work:
+    with tempfile.TemporaryDirectory(prefix="bench-allgather-") as work, Progress(1, "allgather") as progress:
+        progress.step(f"one job: n = k = {a.n}, {a.mib:g} MiB per worker, {a.iters} + 2 iterations")
         result = run_bpsrun(Path(work), a.n, a.n, WORKER, hermetic_env(), a.timeout, False, (str(rows), str(a.iters)))
     found = [json.loads(m) for m in re.findall(r"TIMES (\{.*\})", result.output)]
     if result.returncode != 0 or len(found) != a.n:

@@ -93,6 +93,7 @@ from bench.collective import model  # noqa: E402
 from tools.testbed import linkmon  # noqa: E402
 from tools.testbed.linkmon import LinkMonitor  # noqa: E402
 from tools.testbed.netns import proc_stat_fields  # noqa: E402
+from tools.progress import track  # noqa: E402
 
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 GLOO_WORKER = REPO / "bench" / "collective" / "gloo_worker.py"
@@ -721,7 +722,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start = time.monotonic()
     done_est = done_real = 0.0
     try:
-        for idx, cfg in enumerate(plan):
+        for idx, cfg in enumerate(track(plan, "collective", lambda c: f"{c.name} at {c.rate_mbit:g} Mbit/s")):
             left_est = sum(c.estimate_s for c in plan[idx:])
             scale = done_real / done_est if done_est > 0 else 1.0
             print(f"[{idx + 1}/{len(plan)}] {cfg.name} on {cfg.hosts} hosts at "

@@ -29,6 +29,7 @@ if str(REPO) not in sys.path:
 
 from tools.testbed.job import run_job  # noqa: E402  (puts the repository's python/ on sys.path)
 from tools.testbed.netns import Testbed  # noqa: E402
+from tools.progress import track  # noqa: E402
 
 from byteps.launcher import corebin  # noqa: E402
 from byteps.sim import closed_forms  # noqa: E402
@@ -102,11 +103,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     runs = []
-    for r in range(args.repeats):
-        for mode in MODES:
-            print(f"[run {r + 1}/{args.repeats}] {mode} ...", flush=True)
-            runs.append(run_once(mode, args, out, r))
-            print(f"    {runs[-1]['time_s']:.4f} s  {runs[-1]['placement']}", flush=True)
+    order = [(r, mode) for r in range(args.repeats) for mode in MODES]
+    for r, mode in track(order, "unequal_rates", lambda rm: f"{rm[1]} split, run {rm[0] + 1}/{args.repeats}"):
+        print(f"[run {r + 1}/{args.repeats}] {mode} ...", flush=True)
+        runs.append(run_once(mode, args, out, r))
+        print(f"    {runs[-1]['time_s']:.4f} s  {runs[-1]['placement']}", flush=True)
     median = {m: statistics.median(x["time_s"] for x in runs if x["mode"] == m) for m in MODES}
     result = {"n": args.n, "k": args.k, "rate_mbit": args.rate, "cpu_rate_mbit": args.cpu_rate,
               "size": args.size, "iters": args.iters, "runs": runs, "median_s": median,

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from tools import misconfig
+from tools.progress import Progress
 
 
 def _case_round(case: misconfig.Case, workdir: Path) -> tuple[float, float, float, bool]:
@@ -59,13 +60,15 @@ def main() -> int:
     ucx = misconfig.ucx_built()
     chosen = [c for c in misconfig.CASES if not args.case or c.id in args.case]
     rows = []
-    with tempfile.TemporaryDirectory(prefix="byteps-failfast-") as tmp:
-        jobs = [(c.id, c.at_once, lambda d, c=c: _case_round(c, d)) for c in chosen if ucx or not c.needs_ucx]
-        if not args.case or "uneven-ends" in args.case:
-            jobs.append(("uneven-ends", True, _uneven_round))
+    jobs = [(c.id, c.at_once, lambda d, c=c: _case_round(c, d)) for c in chosen if ucx or not c.needs_ucx]
+    if not args.case or "uneven-ends" in args.case:
+        jobs.append(("uneven-ends", True, _uneven_round))
+    with tempfile.TemporaryDirectory(prefix="byteps-failfast-") as tmp, \
+            Progress(len(jobs) * args.rounds, "failfast") as progress:
         for case_id, at_once, run in jobs:
             times, others, odds, oks = [], [], [], []
             for r in range(args.rounds):
+                progress.step(f"{case_id} round {r + 1}/{args.rounds}")
                 workdir = Path(tmp) / f"{case_id}-{r}"
                 workdir.mkdir()
                 t, o, odd, ok = run(workdir)

@@ -69,6 +69,7 @@ from . import job as joblib
 from .job import REPO, Job, Layout, eprint, free_port, known_settings, relative
 
 from tools.procinfo import job_processes, shm_leftovers  # job put tools/ on sys.path
+from tools.progress import track
 
 KILLS = ["kill-worker", "kill-server", "kill-scheduler"]
 PROXY = ["proxy-reset", "proxy-cut", "proxy-delay", "proxy-corrupt", "proxy-truncate",
@@ -456,8 +457,10 @@ def main(argv=None) -> int:
               "service_settings": SERVICE_SETTINGS, "settings_dropped": dropped,
               "faults": faults, "faults_skipped": skipped, "trials": []}
     started = time.monotonic()
-    for n, i in enumerate(indices):
-        trial = Trial(i, args.seed, args, settings, faults, proxy_cls)
+    # A trial's fault and time are drawn from its own RNG when it is made: the labels can name them.
+    trials = [Trial(i, args.seed, args, settings, faults, proxy_cls) for i in indices]
+    for n, trial in enumerate(track(trials, "faults", lambda t: f"trial {t.index} {t.fault} at {t.at:g} s")):
+        i = trial.index
         workdir = out / "logs" / f"trial{i:04d}"
         rec = trial.run(workdir)
         report["trials"].append(rec)

@@ -26,6 +26,7 @@ from . import job as joblib
 from .job import REPO, Job
 
 from tools.procinfo import vm_rss_kib  # job put tools/ on sys.path
+from tools.progress import Progress
 
 WORKER_SCRIPT = (Path(__file__).with_name("worker.py")).read_text()
 
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
            "BPS_SOAK_SECONDS": f"{seconds:g}"}
     job = Job(out / "logs", workers=args.workers, servers=args.servers, script=WORKER_SCRIPT, env=env)
     samples: dict[str, list[tuple[float, int]]] = {}
-    with job:
+    with job, Progress(None, "soak") as progress:  # no total: start-up and shutdown add samples
         start = time.monotonic()
         job.start_all()
         deadline = start + seconds + 120  # start-up and shutdown; past it the job is stuck
@@ -73,6 +74,7 @@ def main(argv=None) -> int:
         while job.poll() and time.monotonic() < deadline:
             now = time.monotonic()
             if now >= next_sample:
+                progress.step(f"RSS sample at t={now - start:.0f} s of {seconds:g} s")
                 for label, proc in job.procs.items():
                     rss = vm_rss_kib(proc.pid) if proc.exited is None else None
                     if rss is not None:

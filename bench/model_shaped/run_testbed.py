@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bench.collective.model import SEPARATE, parse_k, server_count
 from tools.testbed.job import hosts_needed, run_job
+from tools.progress import track
 from tools.testbed.netns import Testbed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -104,20 +105,18 @@ def main(argv=None) -> int:
     path = out / "model_shaped.json"
     rows = []
     t0 = time.monotonic()
-    for model in args.models.split(","):
-        for n in (int(x) for x in args.n.split(",")):
-            for i, token in enumerate(ks):
-                for mode in args.modes.split(","):
-                    if not mode.startswith("byteps") and i:
-                        continue  # DDP does not depend on the servers
-                    label = placement_of(token, n)[2] if mode.startswith("byteps") else "-"
-                    print(f"[{time.monotonic() - t0:6.0f}s] {model} n={n} k={label} {mode} ...", flush=True)
-                    r = run_one(model, n, mode, args, token)
-                    r.update({"model": model, "workers": n, "mode": mode, "rate_mbit": args.rate,
-                              "k_label": label})
-                    rows.append(r)
-                    path.write_text(json.dumps(rows, indent=1))
-                    print(f"         -> {r.get('img_per_sec', r.get('error'))}", flush=True)
+    plan = [(model, n, token, mode, placement_of(token, n)[2] if mode.startswith("byteps") else "-")
+            for model in args.models.split(",") for n in (int(x) for x in args.n.split(","))
+            for i, token in enumerate(ks) for mode in args.modes.split(",")
+            if mode.startswith("byteps") or not i]  # DDP does not depend on the servers
+    for model, n, token, mode, label in track(plan, "model_shaped", lambda p: f"{p[0]} n={p[1]} k={p[4]} {p[3]}"):
+        print(f"[{time.monotonic() - t0:6.0f}s] {model} n={n} k={label} {mode} ...", flush=True)
+        r = run_one(model, n, mode, args, token)
+        r.update({"model": model, "workers": n, "mode": mode, "rate_mbit": args.rate,
+                  "k_label": label})
+        rows.append(r)
+        path.write_text(json.dumps(rows, indent=1))
+        print(f"         -> {r.get('img_per_sec', r.get('error'))}", flush=True)
     print()
     print(f"{'model':9} {'n':>2} {'k':>6} {'byteps':>9} {'no-prio':>9} {'DDP':>9} {'byteps/DDP':>11} {'prio gain':>10} {'paper':>6}")
     for model in args.models.split(","):

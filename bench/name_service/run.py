@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 
 from tools.localjob import hermetic_env, run_bpsrun
+from tools.progress import Progress
 
 WORKER = Path(__file__).with_name("worker.py")
 MODES = ("first-use", "declared")
@@ -129,8 +130,10 @@ def main() -> int:
     a = ap.parse_args()
     if a.workers < 1 or a.servers < 1 or a.tensors < 1 or a.tensor_bytes < 4 or a.steps < 1 or a.rounds < 1:
         ap.error("--workers, --servers, --tensors, --steps, --rounds >= 1 and --tensor-bytes >= 4")
-    tcp_us = tcp_round_trip_us()
-    with tempfile.TemporaryDirectory(prefix="bench-name-service-") as work:
+    with Progress(2, "name_service") as progress, tempfile.TemporaryDirectory(prefix="bench-name-service-") as work:
+        progress.step("the loopback TCP round trip, for scale")
+        tcp_us = tcp_round_trip_us()
+        progress.step(f"one job: {a.workers} workers + {a.servers} servers, {a.rounds} rounds per mode")
         args = (str(a.tensors), str(a.tensor_bytes), str(a.steps), str(a.rounds))
         result = run_bpsrun(Path(work), a.workers, a.servers, WORKER.read_text(), hermetic_env(), a.timeout,
                             a.workers == 1, args)

@@ -50,6 +50,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tools.progress import Progress
+
 REPO = Path(__file__).resolve().parents[2]
 CLIENT_SOURCE = Path(__file__).resolve().parent / "pslite_kv_bench.cc"
 DEFAULT_TARBALL = Path("/work/shared/peers/ps-lite-15b8adf.tar.gz")
@@ -454,10 +456,12 @@ def main(argv=None) -> int:
 
     active = [s for s in a.systems if s in runners]
     rounds, failures, raw = [], [], []
-    with tempfile.TemporaryDirectory(prefix="bench-pslite-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-pslite-") as tmp, \
+            Progress(a.rounds * len(active), "pslite") as progress:
         for r in range(a.rounds):
             row, raw_row = {}, {}
             for s in round_order(active, r) if active else []:
+                progress.step(f"round {r + 1}: {s}")
                 t0 = time.monotonic()
                 try:
                     res = runners[s](Path(tmp))

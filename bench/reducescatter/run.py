@@ -24,8 +24,23 @@ import tempfile
 from pathlib import Path
 
 from tools.localjob import hermetic_env, run_bpsrun
+from tools.progress import Progress
 
 WORKER = Path(__file__).with_name("worker.py")
+
+
+def run_job(a: argparse.Namespace, args: tuple[str, ...]) -> tuple[int, str]:
+    """The one job, on the emulated cluster with ``--rate``, else on loopback: (exit status, output)."""
+    if a.rate > 0:
+        proc = subprocess.run([sys.executable, "-m", "tools.testbed", "job", "--workers", str(a.workers), "--servers",
+                               str(a.servers), "--rate", str(a.rate), "--timeout", str(a.timeout), "--",
+                               sys.executable, str(WORKER), *args], capture_output=True, text=True,
+                              env=hermetic_env(), timeout=a.timeout + 60)
+        return proc.returncode, proc.stdout + proc.stderr
+    with tempfile.TemporaryDirectory() as work:
+        result = run_bpsrun(Path(work), a.workers, a.servers, WORKER.read_text(), hermetic_env(), a.timeout,
+                            args=args)
+    return result.returncode, result.stdout
 
 
 def main() -> int:
@@ -40,17 +55,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     args = (str(a.mib), str(a.rounds), str(a.reps))
-    if a.rate > 0:
-        proc = subprocess.run([sys.executable, "-m", "tools.testbed", "job", "--workers", str(a.workers), "--servers",
-                               str(a.servers), "--rate", str(a.rate), "--timeout", str(a.timeout), "--",
-                               sys.executable, str(WORKER), *args], capture_output=True, text=True,
-                              env=hermetic_env(), timeout=a.timeout + 60)
-        rc, out = proc.returncode, proc.stdout + proc.stderr
-    else:
-        with tempfile.TemporaryDirectory() as work:
-            result = run_bpsrun(Path(work), a.workers, a.servers, WORKER.read_text(), hermetic_env(), a.timeout,
-                                args=args)
-        rc, out = result.returncode, result.stdout
+    with Progress(1, "reducescatter") as progress:
+        progress.step(f"one job: {a.workers} workers, {a.servers} servers, {a.mib} MiB, {a.rounds} rounds x {a.reps}")
+        rc, out = run_job(a, args)
     per_worker = [json.loads(line.split("RESULT ", 1)[1]) for line in out.splitlines() if "RESULT " in line]
     if rc != 0 or len(per_worker) != a.workers:
         print(out[-4000:], file=sys.stderr)

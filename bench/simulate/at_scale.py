@@ -29,6 +29,7 @@ from typing import Optional, Sequence
 
 from byteps.sim import profiles
 from byteps.sim.placements import Cluster, simulate
+from tools.progress import Progress
 
 MODELS = ("vgg16", "resnet50", "bert-large")
 MACHINES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -54,11 +55,21 @@ def _one(job: tuple) -> dict:
             "iteration_s": r.iteration_s, "compute_s": r.compute_s}
 
 
+def _run_all(jobs: list[tuple], workers: int, name: str) -> list[dict]:
+    """_one of every job on ``workers`` processes, in order, a progress step as each result comes."""
+    rows = []
+    with ProcessPoolExecutor(workers) as ex, Progress(len(jobs), name) as progress:
+        for (model, n, rate, k, extra), row in zip(jobs, ex.map(_one, jobs, chunksize=1)):
+            progress.step(f"{model} n={n} {rate} Gbit/s {'ring' if k < 0 else f'k={k}'}"
+                          + "".join(f" {key}={value}" for key, value in extra.items()))
+            rows.append(row)
+    return rows
+
+
 def grid(models: Sequence[str], machines: Sequence[int], rates: Sequence[int], workers: int) -> list[dict]:
     jobs = [(m, n, r, -1, {}) for m in models for n in machines for r in rates]
     jobs += [(m, n, r, k, {}) for m in models for n in machines for r in rates for k in ks(n)]
-    with ProcessPoolExecutor(workers) as ex:
-        rows = list(ex.map(_one, jobs, chunksize=1))
+    rows = _run_all(jobs, workers, "at_scale grid")
     ring = {(x["model"], x["n"], x["gbps"]): x["iteration_s"] for x in rows if x["placement"] == "ring"}
     out = []
     for x in rows:
@@ -79,8 +90,7 @@ def seed_rows(workers: int) -> list[dict]:
             for k in (0, n // 2, n):
                 for barrier in ("layer", "step"):
                     jobs.append((m, n, 20, k, {"barrier": barrier}))
-    with ProcessPoolExecutor(workers) as ex:
-        rows = list(ex.map(_one, jobs, chunksize=1))
+    rows = _run_all(jobs, workers, "at_scale seed")
     out = []
     for m in SEED:
         for n in SEED_MACHINES:

@@ -29,6 +29,7 @@ from byteps.sim import profiles
 from byteps.sim.events import train
 from byteps.sim.placements import Cluster, backend
 from byteps.sim.ring import RingBackend, RingConfig
+from tools.progress import Progress
 
 MIB = 1 << 20
 COLLECTIVE = "Collective benchmark: byteps push_pull vs gloo all_reduce vs OpenMPI ring"
@@ -131,15 +132,19 @@ def model_shaped(model: str, n: int, gbps: float, mode: str) -> float:
 
 def rows() -> list[dict]:
     out = []
-    for n, placement, mib, mbit, measured, *source in COLLECTIVE_CASES:
-        t = collective(n, placement, mib, mbit)
-        out.append({"bench": "collective", "case": f"n={n} {placement} {mib} MiB @ {mbit:g} Mbit/s",
-                    "unit": "s", "measured": measured, "predicted": t, "ratio": t / measured,
-                    "source": source[0] if source else COLLECTIVE})
-    for model, n, gbps, mode, measured, src in MODEL_CASES:
-        ips = model_shaped(model, n, gbps, mode)
-        out.append({"bench": "model_shaped", "case": f"{model} n={n} {mode} @ {gbps:g} Gbit/s", "unit": "img/s",
-                    "measured": measured, "predicted": ips, "ratio": measured / ips, "source": src})
+    with Progress(len(COLLECTIVE_CASES) + len(MODEL_CASES), "validate") as progress:
+        for n, placement, mib, mbit, measured, *source in COLLECTIVE_CASES:
+            case = f"n={n} {placement} {mib} MiB @ {mbit:g} Mbit/s"
+            progress.step(f"collective {case}")
+            t = collective(n, placement, mib, mbit)
+            out.append({"bench": "collective", "case": case, "unit": "s", "measured": measured, "predicted": t,
+                        "ratio": t / measured, "source": source[0] if source else COLLECTIVE})
+        for model, n, gbps, mode, measured, src in MODEL_CASES:
+            case = f"{model} n={n} {mode} @ {gbps:g} Gbit/s"
+            progress.step(f"model_shaped {case}")
+            ips = model_shaped(model, n, gbps, mode)
+            out.append({"bench": "model_shaped", "case": case, "unit": "img/s", "measured": measured,
+                        "predicted": ips, "ratio": measured / ips, "source": src})
     return out
 
 

@@ -74,6 +74,7 @@ if str(REPO) not in sys.path:
 from bench.collective import model  # noqa: E402
 from bench.collective import run as crun  # noqa: E402
 from bench.sweep import grid  # noqa: E402
+from tools.progress import Progress  # noqa: E402
 
 DEFAULTS = {"cases": ",".join(c.name for c in grid.CASES), "sizes": "100M",
             "partitions": "64K,256K,1M,4096000", "credits": "0,4,16,64", "connections": "1,2"}
@@ -263,35 +264,37 @@ def run_plan(plan: list[Job], sizes: list[int], iters: list[int], args: argparse
     start = time.monotonic()
     runnable = [j for j in plan if j.status == "pending"]
     try:
-        for idx, job in enumerate(runnable):
-            elapsed = time.monotonic() - start
-            if args.max_minutes and elapsed >= 60 * args.max_minutes:
-                for j in runnable[idx:]:
-                    j.status, j.error = "skipped", f"--max-minutes {args.max_minutes:g} spent"
-                    rows += job_rows(j, {}, sizes)
-                print(f"time budget of {args.max_minutes:g} min spent: "
-                      f"{len(runnable) - idx} configurations not started", flush=True)
-                break
-            left = sum(j.estimate_s for j in runnable[idx:])
-            print(f"[{idx + 1}/{len(runnable)}] {job.case.name} {job.spec.label} on "
-                  f"{job.config().hosts} hosts at {job.rate_mbit:g} Mbit/s (elapsed "
-                  f"{model.format_duration(elapsed)}, ~{model.format_duration(left)} left)",
-                  flush=True)
-            t0 = time.monotonic()
-            try:
-                measured = run_one(job, idx, sizes, iters, args, out / "raw")
-                job.status = "ok"
-            except Exception as err:  # noqa: BLE001 - record it, go on with the next one
-                job.status, job.error, measured = "failed", str(err), {}
-                print(f"    FAILED: {crun._tail(str(err), 15)}", flush=True)
-            job.elapsed_s = time.monotonic() - t0
-            new = job_rows(job, measured, sizes)
-            rows += new
-            for r in new:
-                if r["time_s"]:
-                    print(f"    {r['size']:>5}: {r['time_s']:.4f} s, {r['pct_model']:.1f} % of "
-                          f"model ({job.elapsed_s:.0f} s)", flush=True)
-            write_outputs(out, meta, cases, plan, rows, args.rate_budget)
+        with Progress(len(runnable), "sweep") as progress:
+            for idx, job in enumerate(runnable):
+                elapsed = time.monotonic() - start
+                if args.max_minutes and elapsed >= 60 * args.max_minutes:
+                    for j in runnable[idx:]:
+                        j.status, j.error = "skipped", f"--max-minutes {args.max_minutes:g} spent"
+                        rows += job_rows(j, {}, sizes)
+                    print(f"time budget of {args.max_minutes:g} min spent: "
+                          f"{len(runnable) - idx} configurations not started", flush=True)
+                    break
+                progress.step(f"{job.case.name} {job.spec.label}")
+                left = sum(j.estimate_s for j in runnable[idx:])
+                print(f"[{idx + 1}/{len(runnable)}] {job.case.name} {job.spec.label} on "
+                      f"{job.config().hosts} hosts at {job.rate_mbit:g} Mbit/s (elapsed "
+                      f"{model.format_duration(elapsed)}, ~{model.format_duration(left)} left)",
+                      flush=True)
+                t0 = time.monotonic()
+                try:
+                    measured = run_one(job, idx, sizes, iters, args, out / "raw")
+                    job.status = "ok"
+                except Exception as err:  # noqa: BLE001 - record it, go on with the next one
+                    job.status, job.error, measured = "failed", str(err), {}
+                    print(f"    FAILED: {crun._tail(str(err), 15)}", flush=True)
+                job.elapsed_s = time.monotonic() - t0
+                new = job_rows(job, measured, sizes)
+                rows += new
+                for r in new:
+                    if r["time_s"]:
+                        print(f"    {r['size']:>5}: {r['time_s']:.4f} s, {r['pct_model']:.1f} % of "
+                              f"model ({job.elapsed_s:.0f} s)", flush=True)
+                write_outputs(out, meta, cases, plan, rows, args.rate_budget)
     finally:
         meta["elapsed_s"] = round(time.monotonic() - start, 1)
         write_outputs(out, meta, cases, plan, rows, args.rate_budget)

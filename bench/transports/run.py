@@ -30,6 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tools.progress import Progress
+
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "python" / "byteps" / "_bin" / "byteps-core"
 ALL = ["tcp", "shm", "ucx", "ucx_tcp", "ucx_sm"]
@@ -80,19 +82,23 @@ def main(argv=None) -> int:
     sweep = {t: {} for t in kinds}   # transport -> bytes -> [median us per round]
     small = {t: [] for t in kinds}   # transport -> [us per tensor per round]
     failed = False
-    for r in range(a.rounds):
-        k = r % len(kinds)
-        for t in kinds[k:] + kinds[:k]:
-            try:
-                d = job(t, ["--min-bytes", a.min_bytes, "--max-bytes", a.max_bytes, "--step-factor", "4"], a.timeout)
-                for row in d["rows"]:
-                    sweep[t].setdefault(row["bytes"], []).append(row["time_us_median"])
-                s = job(t, ["--tensors", "1000", "--tensor-bytes", "4096", "--iters", str(a.small_iters)], a.timeout)
-                small[t].append(s["per_tensor_us_median"] if "per_tensor_us_median" in s else s["per_tensor_us"])
-            except (RuntimeError, subprocess.TimeoutExpired, KeyError) as e:
-                print(f"# round {r + 1}: {e}", file=sys.stderr)
-                failed = True
-        print(f"# round {r + 1} of {a.rounds} done", file=sys.stderr)
+    with Progress(a.rounds * len(kinds) * 2, "transports") as progress:  # two jobs per transport and round
+        for r in range(a.rounds):
+            k = r % len(kinds)
+            for t in kinds[k:] + kinds[:k]:
+                try:
+                    progress.step(f"round {r + 1}: {t} sizes {a.min_bytes}..{a.max_bytes}")
+                    d = job(t, ["--min-bytes", a.min_bytes, "--max-bytes", a.max_bytes, "--step-factor", "4"],
+                            a.timeout)
+                    for row in d["rows"]:
+                        sweep[t].setdefault(row["bytes"], []).append(row["time_us_median"])
+                    progress.step(f"round {r + 1}: {t} 1000 x 4 KiB")
+                    s = job(t, ["--tensors", "1000", "--tensor-bytes", "4096", "--iters", str(a.small_iters)],
+                            a.timeout)
+                    small[t].append(s["per_tensor_us_median"] if "per_tensor_us_median" in s else s["per_tensor_us"])
+                except (RuntimeError, subprocess.TimeoutExpired, KeyError) as e:
+                    print(f"# round {r + 1}: {e}", file=sys.stderr)
+                    failed = True
     rows = []
     others = [t for t in kinds if t != "tcp"]
     print(f"# loopback push_pull, 1 worker + 1 server, defaults except the transport; medians of {a.rounds} rounds")

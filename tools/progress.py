@@ -12,8 +12,7 @@ start); without a total (``None``) the steps are counted, ``[soak 3 41 s] ...``.
 wraps an iterable the same way.
 
 ``BYTEPS_PROGRESS`` is read once, when this module is imported, and removed from this process's
-environment: the jobs a benchmark starts inherit it, and the byteps core refuses ``BYTEPS_``
-names it does not know.  Lives in tools/ (not bench/) because tests may not import bench.
+environment, so that the jobs a benchmark starts do not show progress of their own.  Lives in tools/ (not bench/) because tests may not import bench.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from typing import Callable, ContextManager, Iterator, Optional, Sequence
@@ -194,7 +195,7 @@ class TorchDDPBackend(Backend):
 
 def progress(batches: Batches, enabled: bool, label: str) -> Iterator:
     """tqdm over ``batches`` when ``enabled`` and stderr is a terminal; the plain list otherwise."""
-    if not enabled or not sys.stderr.isatty():
+    if not enabled or not sys.stderr.isatty() or os.environ.get("BYTEPS_PROGRESS", "").strip() == "0":
         return iter(batches)
     from tqdm import tqdm  # noqa: PLC0415 - only rank 0 in a terminal needs it
 

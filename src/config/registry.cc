@@ -351,6 +351,9 @@ constexpr Entry kRegistry[] = {
      "turns it off",
      [](const Arg& a, Config& c) { return SetBool(a, c.telemetry_on); },
      [](const Config& c) { return std::string(c.telemetry_on ? "1" : "0"); }},
+    {"BYTEPS_PROGRESS", "bool",
+     "0: the main job and the benchmarks show no progress bar or progress lines (read by Python only)", Accept,
+     nullptr, "1"},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
 };

@@ -1,5 +1,9 @@
 #include "cluster/cluster_config.h"
 
+#include <fmt/format.h>
+
+#include "common/logging.h"
+
 #include "cluster/host_address.h"
 #include "transport/transport_config.h"
 
@@ -40,5 +44,13 @@ SchedulerOptions SchedulerOptionsFor(const config::Config& c) {
 }
 
 std::string ListenHostFor(const config::Config& c) { return c.node_host.empty() ? "0.0.0.0" : c.node_host; }
+
+StatusOr<std::unique_ptr<metrics::HttpEndpoint>> StartMetrics(const config::Config& c, const std::string& role) {
+  if (c.metrics_port == 0) return std::unique_ptr<metrics::HttpEndpoint>();
+  auto e = metrics::HttpEndpoint::Start(ListenHostFor(c), c.metrics_port, &metrics::Global());
+  if (!e.ok()) return e.status().WithContext(fmt::format("the {}'s metrics", role));
+  BYTEPS_LOG(Info, "metrics on http://{}:{}/metrics", ListenHostFor(c), e.value()->port());
+  return e;
+}
 
 }  // namespace byteps::cluster

@@ -12,6 +12,8 @@
 namespace byteps::cluster {
 
 Status RunScheduler(const config::Config& c) {
+  auto metrics = StartMetrics(c, "scheduler");
+  if (!metrics.ok()) return metrics.status();
   auto s = Scheduler::Start(SchedulerOptionsFor(c));
   if (!s.ok()) return s.status();
   Scheduler* sched = s.value().get();

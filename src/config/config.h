@@ -93,6 +93,9 @@ struct Config {
   int trace_start_step = 10;           // BYTEPS_TRACE_START_STEP (>= 1): a tensor's first traced round
   int trace_end_step = 20;             // BYTEPS_TRACE_END_STEP (> start): the round tracing stops at
 
+  // Metrics (docs/metrics.md): 0 = no endpoint, no socket, no thread.
+  int metrics_port = 0;                // BYTEPS_METRICS_PORT: Prometheus text on http://<node host>:<port>/metrics
+
   // Compatibility.
   bool strict_config = false;          // BYTEPS_STRICT_CONFIG: the warnings below are errors
   // One line per variable that is set but ignored, or asks for what this build cannot do (with the

@@ -301,6 +301,11 @@ constexpr Entry kRegistry[] = {
      "the step tracing stops at, counted per tensor; greater than BYTEPS_TRACE_START_STEP",
      [](const Arg& a, Config& c) { return SetInt(a, 2, kIntMax, c.trace_end_step); },
      [](const Config& c) { return fmt::to_string(c.trace_end_step); }},
+    {"BYTEPS_METRICS_PORT", "int",
+     "serve Prometheus metrics on http://<node address>:<port>/metrics (0: off: no socket, no thread); bpsrun and "
+     "bpslaunch give each process of a host its own port from this one (docs/metrics.md)",
+     [](const Arg& a, Config& c) { return SetInt(a, 0, 65535, c.metrics_port); },
+     [](const Config& c) { return fmt::to_string(c.metrics_port); }},
     {"PS_VERBOSE", "int", "0..2; 1 raises the log level to at least INFO, 2 to at least DEBUG",
      [](const Arg& a, Config& c) { return SetInt(a, 0, 2, c.ps_verbose); },
      [](const Config& c) { return fmt::to_string(c.ps_verbose); }, "", false, Disposition::kMapped},

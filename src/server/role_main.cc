@@ -15,6 +15,8 @@
 namespace byteps::server {
 
 Status RunServer(const config::Config& c) {
+  auto metrics = cluster::StartMetrics(c, "server");  // before anything: a port in use stops the server here
+  if (!metrics.ok()) return metrics.status();
   Server server(ServerOptionsFor(c));
   auto port = server.Listen(cluster::ListenHostFor(c), c.port);
   if (!port.ok()) return port.status();

@@ -10,6 +10,7 @@
 
 #include "common/adasum.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/reducer.h"
 #include "protocol/error_frame.h"
 
@@ -31,6 +32,19 @@ SumEngine::SumEngine(int index, int num_workers, JoinBoard* board)
       own_board_(board ? nullptr : std::make_unique<JoinBoard>(num_workers)),
       board_(board ? board : own_board_.get()) {
   if (own_board_) own_board_->set_notify([this] { Post(JoinTask{}); });
+  metrics::Registry& m = metrics::Global();
+  for (int w = 0; w < num_workers; ++w) {
+    const std::string label = metrics::Label("worker", std::to_string(w));
+    by_worker_.push_back(
+        {m.AddCounter("byteps_server_pushed_bytes_total", "payload bytes of the pushes taken from each worker", label),
+         m.AddCounter("byteps_server_replied_bytes_total", "payload bytes of the sums sent to each worker", label),
+         m.AddHistogram("byteps_server_arrival_lag_seconds",
+                        "per worker: time from a round's first push to this worker's push of it (a straggler's is "
+                        "large)",
+                        label, metrics::LatencyBounds())});
+  }
+  rounds_ = m.AddCounter("byteps_server_rounds_total", "rounds completed (a key's sum sent to every worker)");
+  summed_bytes_ = m.AddCounter("byteps_server_summed_bytes_total", "bytes of pushes reduced into a round's result");
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -237,6 +251,7 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
   std::shared_ptr<uint8_t> result = ks.result;
   std::vector<iovec> iov;
   if (len > 0) iov.push_back({result.get() + from, static_cast<size_t>(len)});
+  if (w.worker >= 0 && w.worker < num_workers_) by_worker_[w.worker].replied->Add(len);
   (void)w.conn->Send(h, iov, [result](const Status&) {});
 }
 
@@ -329,6 +344,13 @@ void SumEngine::HandlePush(PushTask& t) {
     return;
   }
   last = t.round;
+  {
+    const auto now = std::chrono::steady_clock::now();
+    if (ks.pushed == 0) ks.first_push_at = now;
+    by_worker_[t.worker].pushed->Add(t.bytes);
+    by_worker_[t.worker].lag->Observe(std::chrono::duration<double>(now - ks.first_push_at).count());
+    summed_bytes_->Add(t.bytes);
+  }
   if (t.joined_share) ks.joined_shares.push_back(t.worker);
   if (concat) {
     // Each worker's part goes to its offset; the parts of one round tile the partition.
@@ -364,6 +386,7 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   }
   ks.completed_round++;
   ks.pushed = 0;
+  rounds_->Add();
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
   ks.round_error = JoinedRoundError(ks, key, absent, ks.joined_shares);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <future>
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/metrics.h"
 #include "protocol/control.h"
 #include "server/join_board.h"
 #include "transport/transport.h"
@@ -141,6 +143,7 @@ class SumEngine {
     Status round_error;                // the completed round failed (a concatenation while joined)
     std::vector<int> joined_shares;    // this round's pushers with a joined process behind them
     std::vector<Waiter> waiters;
+    std::chrono::steady_clock::time_point first_push_at{};  // of the open round (arrival lag)
     std::shared_ptr<uint8_t> result;   // sum of completed_round
     // Per worker: whether it belongs to the key's process set (attribute "members"; all by
     // default). Only members push; a round completes when every member pushed.
@@ -208,6 +211,14 @@ class SumEngine {
   std::vector<int> left_;                         // workers that have left (Leave), shard thread only
   std::unique_ptr<JoinBoard> own_board_;          // when no shared board was given
   JoinBoard* board_;
+  struct WorkerMetrics {
+    metrics::Counter* pushed;
+    metrics::Counter* replied;
+    metrics::Histogram* lag;
+  };
+  std::vector<WorkerMetrics> by_worker_;  // metrics::Global(), by worker rank; fixed after construction
+  metrics::Counter* rounds_ = nullptr;
+  metrics::Counter* summed_bytes_ = nullptr;
   std::atomic<size_t> held_{0};
   std::atomic<uint64_t> pushed_bytes_{0};
   std::atomic<size_t> freed_{0};

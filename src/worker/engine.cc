@@ -46,6 +46,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
                                        config::RoleName(config.role)));
   }
   std::unique_ptr<Engine> e(new Engine(config));
+  // First: a metrics port in use stops this worker before it joins anything.
+  auto metrics = cluster::StartMetrics(config, "worker");
+  if (!metrics.ok()) return metrics.status();
+  e->metrics_endpoint_ = std::move(metrics.value());
   e->rank_ = config.global_rank >= 0 ? config.global_rank
                                      : std::max(0, config.worker_id) * config.local_size + config.local_rank;
   if (config.local_size > 1) BYTEPS_RETURN_IF_ERROR(e->StartLocal());

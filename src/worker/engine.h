@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/metrics_http.h"
 #include "common/status.h"
 #include "config/config.h"
 #include "worker/speed_telemetry.h"
@@ -221,6 +222,7 @@ class Engine {
   // iteration and apply its credit (guarded by plan_mu_).
   std::optional<size_t> credit_switch_;
 
+  std::unique_ptr<metrics::HttpEndpoint> metrics_endpoint_;  // BYTEPS_METRICS_PORT; null: off
   int report_signal_ = 0;  // report_signal.h id; 0: none
   std::mutex report_mu_;
   std::chrono::steady_clock::time_point last_report_at_{};  // guarded by report_mu_

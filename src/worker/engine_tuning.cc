@@ -16,6 +16,7 @@
 #include "cluster/cluster_client.h"
 #include "cluster/name_client.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "worker/engine.h"
 #include "worker/engine_collectives.h"
 #include "worker/job_files.h"
@@ -163,6 +164,9 @@ StatusOr<std::string> Engine::WidenLinks(const tuning::StartupOutcome& t) {
 }
 
 void Engine::RecordSettings(size_t partition_bytes) {
+  metrics::Global()
+      .AddGauge("byteps_worker_partition_bytes", "the partition size in use (the tuner's choice or BYTEPS_PARTITION_BYTES)")
+      ->Set(static_cast<double>(partition_bytes));
   SettingsRecord r;
   r.rank = rank_;
   r.partition_bytes = partition_bytes;

@@ -68,6 +68,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 from . import corebin
+from .ports import metrics_port
 from .supervision import (EXIT_CANNOT_START, Child, Console, LaunchError, Waker, Wording, spawn,
                           stop_all, supervise)
 
@@ -319,7 +320,8 @@ def worker_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, 
         cores = bindings[rank] if bindings else None
         if cores is not None:
             note(f"local rank {rank} bound to CPU cores {cores}")
-        rank_env = {**env, "BYTEPS_LOCAL_RANK": str(rank), "BYTEPS_LOCAL_SIZE": str(local_size)}
+        rank_env = {**env, "BYTEPS_LOCAL_RANK": str(rank), "BYTEPS_LOCAL_SIZE": str(local_size),
+                    **metrics_port(env, rank)}  # a metrics port per local rank: P + rank
         plan.append((f"local_rank:{rank}", bound_argv(base, cores), rank_env))
     return plan
 
@@ -344,7 +346,8 @@ def joint_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, l
         note("DMLC_NUM_WORKER=1 and BYTEPS_FORCE_DISTRIBUTED is not 1: a single-worker job "
              "needs no server; starting the worker only")
         return workers
-    return service_plan("server", {**env, "DMLC_ROLE": "server"}) + workers
+    server_env = {**env, "DMLC_ROLE": "server", **metrics_port(env, local_size_from_env(env))}  # after the ranks'
+    return service_plan("server", server_env) + workers
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

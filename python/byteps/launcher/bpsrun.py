@@ -51,7 +51,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import corebin
-from .ports import free_port
+from .ports import free_port, metrics_port
 from .supervision import (EXIT_CANNOT_START, EXIT_FAILURE, Child, Console, LaunchError, Waker, spawn,
                           stop_all, supervise)
 
@@ -219,7 +219,8 @@ def run_job(opts: argparse.Namespace, children: list[Child], waker: Waker, conso
                          f"{span('127.0.1.', n)}{cpu}")
     else:
         console.note("starting 1 worker (single-worker job: no scheduler or servers)")
-    for label, role, argv, role_env in plan(opts, core):
+    for i, (label, role, argv, role_env) in enumerate(plan(opts, core)):
+        role_env = {**role_env, **metrics_port(env, i)}  # one machine: a metrics port per process
         children.append(spawn(label, role, argv, {**env, **role_env}, console=console,
                               tag="" if opts.no_prefix else f"[{label}] "))
     return supervise(children, waker, console, timeout=opts.timeout, services_wait=2 * opts.grace)

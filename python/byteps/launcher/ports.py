@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import socket
 
-__all__ = ["free_port"]
+__all__ = ["free_port", "metrics_port"]
 
 _LOWEST, _HIGHEST = 20000, 32000  # the default draw: below the default ephemeral range
 _DRAWS = 200
@@ -44,3 +44,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:  # crowded, or no room below the ephemeral range: any free port
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def metrics_port(env: dict, offset: int) -> dict:
+    """``{"BYTEPS_METRICS_PORT": P + offset}`` when *env* sets a port P > 0, else nothing: the
+    launchers give each process of a host its own metrics port (docs/metrics.md).  A value that
+    is not a port is passed on untouched, for the process to refuse with its own message."""
+    text = str(env.get("BYTEPS_METRICS_PORT", "")).strip()
+    if not text.isdigit() or int(text) == 0:
+        return {}
+    port = int(text) + offset
+    return {"BYTEPS_METRICS_PORT": str(port)} if port <= 65535 else {}

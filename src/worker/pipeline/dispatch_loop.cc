@@ -113,6 +113,7 @@ InFlight DispatchLoop::TakeSnapshot() const {
 
 void DispatchLoop::Finished(PartitionTask* task, const Status& status) {
   on_finished_(task, status);
+  --tasks_live_;
   auto it = live_.find(task->op);
   if (it != live_.end() && --it->second.first == 0) live_.erase(it);  // the last reference may go here
 }
@@ -147,6 +148,7 @@ void DispatchLoop::Loop() {
     for (auto& [task, st] : completed) core_.Complete(task, st, now);
     for (auto& op : submitted) {
       Operation* raw = op.get();
+      tasks_live_ += raw->parts.size();
       live_.emplace(raw, std::make_pair(raw->parts.size(), std::move(op)));
       core_.Submit(raw);
     }
@@ -155,6 +157,9 @@ void DispatchLoop::Loop() {
     completed.clear();
     failures.clear();
     wake = core_.Run(Dispatcher::Clock::now());
+    tasks_gauge_->Set(static_cast<double>(tasks_live_));
+    credit_gauge_->Set(static_cast<double>(core_.credit_in_flight()));
+    credit_limit_gauge_->Set(static_cast<double>(core_.credit_limit()));
     for (auto& slot : snapshots) slot->set_value(TakeSnapshot());
     snapshots.clear();
   }

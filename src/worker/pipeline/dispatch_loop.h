@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/metrics.h"
 #include "worker/pipeline/dispatcher.h"
 #include "worker/pipeline/in_flight.h"
 #include "worker/pipeline/stage.h"
@@ -70,6 +71,14 @@ class DispatchLoop : public StageSink {
   bool stop_ = false;                                            // guarded by mu_
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // set before the thread runs anything
+  // Set after each pass (metrics::Global()): partitions in the pipeline, credit in flight and cap.
+  size_t tasks_live_ = 0;  // dispatcher thread
+  metrics::Gauge* const tasks_gauge_ = metrics::Global().AddGauge(
+      "byteps_worker_partitions_in_flight", "partitions submitted and not yet finished");
+  metrics::Gauge* const credit_gauge_ = metrics::Global().AddGauge(
+      "byteps_worker_credit_in_flight_bytes", "bytes of partitions holding the credit (in the network stage)");
+  metrics::Gauge* const credit_limit_gauge_ = metrics::Global().AddGauge(
+      "byteps_worker_credit_bytes", "the credit: bytes allowed in flight (0: no cap); the tuner's choice");
 };
 
 }  // namespace byteps::worker::pipeline

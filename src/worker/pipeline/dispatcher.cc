@@ -33,6 +33,7 @@ void Dispatcher::Complete(PartitionTask* task, const Status& status, Clock::time
   }
   holding_credit_.erase(task);
   if (!status.ok()) return Fail(task, task->stage + 1, status);
+  task->op->pipeline->at(task->stage)->latency()->Observe(std::chrono::duration<double>(now - task->started_at).count());
   ++task->stage;
   Enter(task);
 }
@@ -91,6 +92,7 @@ std::optional<Dispatcher::Clock::time_point> Dispatcher::Run(Clock::time_point n
         last_progress_ = now;
         here = true;
         t->where = PartitionTask::Where::kRunning;
+        t->started_at = now;
         s->Start(t);  // may complete t (or others) right here, through Complete
       }
       if (here) s->Flush();

@@ -33,6 +33,14 @@ bool HandleTable::PartDone(Operation& op, size_t part, const Status& status,
     op.status = status.WithContext(fmt::format("push_pull of tensor '{}'", op.request.name));
   }
   if (--op.remaining > 0) return false;
+  if (op.status.ok()) {
+    latency_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - op.submitted_at).count());
+  } else {
+    metrics::Global()
+        .AddCounter("byteps_worker_errors_total", "push_pulls that failed, by error code",
+                    metrics::Label("code", StatusCodeName(op.status.code())))
+        ->Add();
+  }
   if (on_complete) on_complete(op);
   op.done = true;
   --running_;

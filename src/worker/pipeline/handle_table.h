@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "worker/pipeline/partition_task.h"
 
@@ -40,6 +41,9 @@ class HandleTable {
  private:
   static std::string Outstanding(const Operation& op);
 
+  // From submission to the last partition, of push_pulls that succeeded (metrics::Global()).
+  metrics::Histogram* const latency_ = metrics::Global().AddHistogram(
+      "byteps_worker_push_pull_seconds", "time from a push_pull's call to its completion", "", metrics::LatencyBounds());
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   HandleId next_ = 1;

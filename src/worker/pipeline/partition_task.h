@@ -46,6 +46,7 @@ struct PartitionTask {
   // Dispatcher bookkeeping (dispatcher thread only).
   enum class Where : uint8_t { kWaitingRound, kQueued, kRunning, kFinished };
   Where where = Where::kWaitingRound;  // in its current stage: for the stall report
+  std::chrono::steady_clock::time_point started_at{};  // when its current stage started it
   size_t stage = 0;          // index of the current stage in the pipeline
   size_t credit_bytes = 0;   // credit held while in a credit-using stage (0 = none)
   uint64_t seq = 0;          // FIFO tie-break in stage queues

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <string>
 
+#include "common/metrics.h"
 #include "common/status.h"
 #include "worker/pipeline/partition_task.h"
 #include "worker/pipeline/stage_queue.h"
@@ -36,6 +37,8 @@ class Stage {
   const std::string& name() const { return name_; }
   // The tasks waiting to start here, in priority order (dispatcher thread only).
   StageQueue& queue() { return queue_; }
+  // Time from start to completion of the tasks this stage completed OK (the dispatcher observes).
+  metrics::Histogram* latency() const { return latency_; }
 
   // Bytes of the dispatcher's credit `task` holds while in this stage; 0 = this stage does not use
   // the credit (only the network stage does: the credit caps bytes in flight).
@@ -62,6 +65,9 @@ class Stage {
   std::string name_;
   StageSink* sink_;
   StageQueue queue_;
+  metrics::Histogram* latency_ = metrics::Global().AddHistogram(
+      "byteps_worker_stage_seconds", "time a partition spends in each pipeline stage, from its start there",
+      metrics::Label("stage", name_), metrics::LatencyBounds());
 };
 
 }  // namespace byteps::worker::pipeline

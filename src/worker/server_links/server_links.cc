@@ -24,6 +24,15 @@ ServerLinks::ServerLinks(transport::Transport* transport, std::vector<protocol::
       on_job_failure_(std::move(on_job_failure)),
       per_server_(std::max(1, options.connections_per_server)) {
   for (auto& node : servers) links_.push_back(Link{std::move(node), {}, {}, {}});
+  metrics::Registry& m = metrics::Global();
+  for (size_t s = 0; s < links_.size(); ++s) {
+    const std::string label = metrics::Label("server", std::to_string(s));
+    metrics_.push_back({m.AddCounter("byteps_worker_pushed_bytes_total", "payload bytes sent to each server", label),
+                        m.AddCounter("byteps_worker_pulled_bytes_total", "payload bytes received from each server",
+                                     label),
+                        m.AddCounter("byteps_worker_reconnects_total", "connections to each server re-established",
+                                     label)});
+  }
 }
 
 ServerLinks::~ServerLinks() { Shutdown(); }
@@ -62,6 +71,7 @@ Status ServerLinks::OpenUpTo(int per_server) {
 Status ServerLinks::Connect() {
   BYTEPS_RETURN_IF_ERROR(OpenUpTo(per_server_.load()));
   reconnect_thread_ = std::thread([this] { ReconnectLoop(); });
+  connections_gauge_->Set(per_server_.load());
   BYTEPS_LOG(Info, "connected to {} servers ({} connections each)", links_.size(), per_server_.load());
   return Status::Ok();
 }
@@ -70,6 +80,7 @@ Status ServerLinks::Widen(int per_server) {
   if (per_server <= per_server_.load()) return Status::Ok();
   BYTEPS_RETURN_IF_ERROR(OpenUpTo(per_server));
   per_server_.store(per_server, std::memory_order_release);
+  connections_gauge_->Set(per_server);
   BYTEPS_LOG(Info, "now {} connections to each of {} servers", per_server, links_.size());
   return Status::Ok();
 }
@@ -167,6 +178,7 @@ Status ServerLinks::Send(int server, const OutFrame& f) {
     c->Cork();
     corked_.push_back(c);
   }
+  metrics_[server].pushed->Add(f.data == nullptr ? f.owned.size() : f.len);
   if (f.data == nullptr) return c->SendCopy(f.header, f.owned);
   std::vector<iovec> iov;
   if (f.len > 0) iov.push_back({const_cast<uint8_t*>(f.data), f.len});
@@ -191,6 +203,8 @@ void ServerLinks::OnFrame(transport::Connection& c, const Header& h, transport::
     // has failed and told the scheduler, so a shutdown() right after it cannot leave "cleanly".
     on_job_failure_(protocol::StatusFromErrorFrame(h, std::string(reinterpret_cast<const char*>(b.data), b.size)));
   }
+  const int server = static_cast<int>(c.tag);
+  if (server >= 0 && server < static_cast<int>(metrics_.size())) metrics_[server].pulled->Add(b.size);
   client_->OnReplyFrame(c, h, std::move(b));
 }
 

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
 #include "protocol/control.h"
 #include "transport/transport.h"
 #include "worker/server_links/data_plane.h"
@@ -115,6 +116,16 @@ class ServerLinks : public DataPlane, public transport::Handler {
   std::atomic<int> per_server_;  // grows only, while nothing is in flight (Widen)
   std::thread reconnect_thread_;
   std::vector<std::shared_ptr<transport::Connection>> corked_;  // dispatcher thread only
+  // Per server (metrics::Global(), fixed after construction): payload bytes sent and received,
+  // reconnects.
+  struct ServerMetrics {
+    metrics::Counter* pushed;
+    metrics::Counter* pulled;
+    metrics::Counter* reconnects;
+  };
+  std::vector<ServerMetrics> metrics_;
+  metrics::Gauge* const connections_gauge_ = metrics::Global().AddGauge(
+      "byteps_worker_connections_per_server", "data connections to each server (the tuner's choice)");
 };
 
 }  // namespace byteps::worker::server_links

@@ -98,6 +98,7 @@ Status ServerLinks::Reconnect(const Lost& lost) {
       // A failure closes c: its OnClose starts over.
       (void)(f.data == nullptr ? c->SendCopy(f.header, f.owned) : c->Send(f.header, iov, nullptr));
     }
+    metrics_[lost.server].reconnects->Add();
     BYTEPS_LOG(Warning, "reconnected to {} (connection {}); re-sent {} declaration(s) and {} partition(s)",
                protocol::Describe(node), lost.index, inits, frames.size() - inits);
     return Status::Ok();

@@ -7,11 +7,14 @@
 #include "common/logging.h"
 #include "server/server.h"
 #include "server/server_config.h"
+#include "server/server_trace.h"
 #include "transport/transport_config.h"
 
 namespace byteps::server {
 
 Status RunServer(const config::Config& c) {
+  // A trace that could not be written at the end must not let the job start half-traced.
+  if (c.trace_on) BYTEPS_RETURN_IF_ERROR(ServerTrace::CheckDir(c.trace_dir));
   Server server(ServerOptionsFor(c));
   auto port = server.Listen(cluster::ListenHostFor(c), c.port);
   if (!port.ok()) return port.status();
@@ -26,6 +29,13 @@ Status RunServer(const config::Config& c) {
              c.server_engine_threads);
   Status st = client.value()->WaitTerminate();
   server.Shutdown();
+  // Written however the job ended: a failed job's timeline is the one worth reading.
+  auto trace = server.WriteTrace(client.value()->rank(), client.value()->job_id(), client.value()->clock_offset_us());
+  if (!trace.ok()) {
+    BYTEPS_LOG(Error, "{}", trace.status().message());
+  } else if (!trace.value().empty()) {
+    BYTEPS_LOG(Info, "server {}: timeline written to {}", client.value()->rank(), trace.value());
+  }
   client.value().reset();
   control->Shutdown();
   return st;

@@ -1,7 +1,8 @@
 """The ``byteps`` console command.
 
 ``byteps plan ...`` is Python (:func:`byteps.sim.plan.main`: which placement to run and the
-predicted speedup, from the simulator; no native binary needed).  Everything else (``byteps
+predicted speedup, from the simulator; no native binary needed), and so is ``byteps trace merge
+...`` (:func:`byteps.trace_merge.main`: every node's timeline in one file).  Everything else (``byteps
 info``, ``byteps scheduler``, ``byteps server``, ``byteps bench``) is a subcommand of the native
 ``byteps-core``: this wrapper finds it (see :mod:`byteps.launcher.corebin`) and replaces the
 Python process with it, with the same arguments, so signals, exit codes and output are the
@@ -26,6 +27,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .sim import plan  # noqa: PLC0415 - only this subcommand needs it
 
         return plan.main(args[1:])
+    if args and args[0] == "trace":
+        from . import trace_merge  # noqa: PLC0415 - only this subcommand needs it
+
+        return trace_merge.main(args[1:])
     try:
         binary = corebin.find_core_binary()
     except FileNotFoundError as err:

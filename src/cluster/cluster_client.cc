@@ -7,6 +7,7 @@
 #include <chrono>
 #include <random>
 
+#include "cluster/clock_offset.h"
 #include "common/logging.h"
 #include "protocol/error_frame.h"
 
@@ -82,6 +83,7 @@ StatusOr<std::unique_ptr<ClusterClient>> ClusterClient::Join(transport::Transpor
         c->join_lost_ = transport::IsRefusal(reason) ? reason : Unavailable(reason.message());
       }
       c->early_close_ = {};
+      c->register_sent_us_ = SystemNowUs();
     }
     Header h;
     h.opcode = Opcode::kRegister;
@@ -245,6 +247,7 @@ StatusOr<transport::RecvBuffer> ClusterClient::OnHeader(transport::Connection& c
 }
 
 void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
+  const int64_t received_us = SystemNowUs();  // first: the clock offset's end of the exchange
   std::string payload(reinterpret_cast<const char*>(b.data), b.size);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -268,6 +271,10 @@ void ClusterClient::OnFrame(transport::Connection& c, const Header& h, transport
         nodes_ = r->nodes;
         shares_ = r->shares;
         placement_ = r->placement;
+        job_id_ = r->job;
+        if (r->clock_us != 0) {
+          clock_offset_us_ = ClockOffsetUs(register_sent_us_, received_us, r->clock_us, r->held_us);
+        }
         registered_ = true;
       }
       cv_.notify_all();

@@ -62,6 +62,11 @@ class ClusterClient : public transport::Handler {
   // Each server's share of the bytes and the scheduler's account of the placement (RegisterReply).
   const std::vector<double>& server_shares() const { return shares_; }
   const std::string& placement() const { return placement_; }
+  // The job's id from the scheduler (16 hex characters; "" from a scheduler that sent none) and
+  // what to add to this node's system clock (µs) to read the scheduler's, measured at registration
+  // (clock_offset.h; 0 when the reply carried no clock). Fixed once Join returned.
+  const std::string& job_id() const { return job_id_; }
+  int64_t clock_offset_us() const { return clock_offset_us_; }
   std::vector<protocol::NodeInfo> servers() const { return NodesOf("server"); }
   std::vector<protocol::NodeInfo> workers() const { return NodesOf("worker"); }
 
@@ -116,6 +121,9 @@ class ClusterClient : public transport::Handler {
   Status failure_;
   std::vector<double> shares_;
   std::string placement_;
+  std::string job_id_;
+  int64_t clock_offset_us_ = 0;
+  int64_t register_sent_us_ = 0;  // system clock when the current Register went out
   std::map<uint64_t, bool> pending_barriers_;    // id -> all_nodes, until released
   bool finish_sent_ = false;
   uint32_t finish_arg_ = 0;

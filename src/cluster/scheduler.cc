@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <random>
 
 #include "common/logging.h"
 
@@ -29,8 +30,8 @@ StatusOr<std::unique_ptr<Scheduler>> Scheduler::Start(const SchedulerOptions& op
   s->port_ = port.value();
   s->start_time_ = s->clock_.Now();
   s->watchdog_ = std::thread([p = s.get()] { p->Watchdog(); });
-  BYTEPS_LOG(Info, "scheduler listening on {}:{} for {} workers and {} servers", options.host,
-             s->port_, options.num_workers, options.num_servers);
+  BYTEPS_LOG(Info, "scheduler listening on {}:{} for {} workers and {} servers (job {})", options.host,
+             s->port_, options.num_workers, options.num_servers, s->job_id_);
   return s;
 }
 
@@ -38,7 +39,13 @@ Scheduler::Scheduler(const SchedulerOptions& options, std::unique_ptr<transport:
     : options_(options),
       clock_(options.clock != nullptr ? *options.clock : Clock::Steady()),
       transport_(std::move(transport)),
-      names_(options.num_servers) {}
+      names_(options.num_servers),
+      job_id_(NewJobId()) {}
+
+std::string Scheduler::NewJobId() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
 
 Scheduler::~Scheduler() {
   Stop(Aborted("scheduler destroyed"));

@@ -59,6 +59,9 @@ class Scheduler : public transport::Handler {
   ~Scheduler() override;
 
   int port() const { return port_; }
+  // The job's id: 16 random hex characters made at start, sent to every node in its RegisterReply
+  // (the traces carry it, so that `byteps trace merge` refuses files of different jobs).
+  const std::string& job_id() const { return job_id_; }
   // Whether every node registered and got the address table (the job started).
   bool rendezvous_done() const;
   // Blocks until the job ends. OK when every worker finished; otherwise the reason.
@@ -87,6 +90,9 @@ class Scheduler : public transport::Handler {
     protocol::NodeInfo info;  // rank filled at rendezvous
     uint64_t arrival = 0;     // registration order: free ranks go by it
     Clock::TimePoint last_seen;
+    // When its Register arrived (system steady clock, not clock_: the RegisterReply's held_us is
+    // real time, for the node's clock offset).
+    std::chrono::steady_clock::time_point registered_at;
     bool finished = false;
   };
   using Outbox = std::vector<std::pair<std::shared_ptr<transport::Connection>, std::pair<protocol::Header, std::string>>>;
@@ -117,6 +123,9 @@ class Scheduler : public transport::Handler {
   // One pass of the watchdog at time `now`: the start deadline, rejoin deadlines, heartbeats.
   void CheckDeadlinesLocked(Clock::TimePoint now, Outbox* out);
   static void Flush(Outbox* out);
+  static std::string NewJobId();
+  // Stamps a reply with the job id and the scheduler's clock; held since `since` (µs of hold).
+  void StampClock(protocol::RegisterReply& reply, std::chrono::steady_clock::time_point since) const;
 
   SchedulerOptions options_;
   const Clock& clock_;
@@ -135,6 +144,7 @@ class Scheduler : public transport::Handler {
   std::set<uint64_t> released_barriers_;  // a node that rejoins may ask again
   std::vector<protocol::NodeInfo> table_;  // the address table sent at rendezvous
   protocol::NamePlanner names_;  // given the servers' shares at the rendezvous
+  const std::string job_id_;
   protocol::ServerPlacement placement_;
   bool probed_ = false;  // a start-up probe's report placed the servers (PlaceFromProbeLocked)
   // Nodes whose connection dropped: they have until `deadline` to rejoin (after the rendezvous)

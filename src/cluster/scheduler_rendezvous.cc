@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "cluster/clock_offset.h"
 #include "cluster/scheduler.h"
 #include "common/logging.h"
 
@@ -22,12 +23,20 @@ std::string JoinInts(const std::vector<int>& v) {
 }
 }  // namespace
 
+void Scheduler::StampClock(protocol::RegisterReply& reply, std::chrono::steady_clock::time_point since) const {
+  reply.job = job_id_;
+  reply.clock_us = SystemNowUs();
+  reply.held_us = std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - since).count());
+}
+
 void Scheduler::HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out) {
   auto conn = c.shared_from_this();
   auto reject = [&](const std::string& why) {
     BYTEPS_LOG(Error, "refused registration from {}: {}", c.peer_name(), why);
     protocol::RegisterReply r;
     r.error = why;
+    r.job = job_id_;
     Header h;
     h.opcode = Opcode::kRegisterReply;
     out->push_back({conn, {h, protocol::Encode(r)}});
@@ -120,6 +129,7 @@ void Scheduler::HandleRegister(transport::Connection& c, const std::string& payl
   n.info.pid = r.pid;
   n.arrival = next_arrival_++;
   n.last_seen = clock_.Now();
+  n.registered_at = std::chrono::steady_clock::now();
   nodes_[&c] = n;
   c.set_peer_name(fmt::format("{} pid {} at {}", r.role, r.pid, c.peer_name()));
   BYTEPS_LOG(Info, "registered {} (pid {}, {}:{}); {} of {} nodes", r.role, r.pid, r.host, r.port,
@@ -171,6 +181,7 @@ void Scheduler::HandleRejoin(transport::Connection& c, const protocol::RegisterR
   c.set_peer_name(protocol::Describe(node->info));
   reply.rank = node->info.rank;
   reply.nodes = table_;
+  StampClock(reply, std::chrono::steady_clock::now());
   BYTEPS_LOG(Warning, "{} rejoined after its connection dropped", protocol::Describe(node->info));
   out->push_back({conn, {h, protocol::Encode(reply)}});
 }
@@ -220,6 +231,7 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   for (Node* n : order) {
     n->conn->set_peer_name(protocol::Describe(n->info));
     reply.rank = n->info.rank;
+    StampClock(reply, n->registered_at);
     Header h;
     h.opcode = Opcode::kRegisterReply;
     out->push_back({n->conn, {h, protocol::Encode(reply)}});
@@ -231,7 +243,8 @@ void Scheduler::MaybeCompleteRendezvousLocked(Outbox* out) {
   const auto now = clock_.Now();
   for (Node* n : order) n->last_seen = now;
   lost_.clear();  // nodes that left during registration and were replaced
-  BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers", options_.num_workers, options_.num_servers);
+  BYTEPS_LOG(Info, "rendezvous complete: {} workers, {} servers (job {})", options_.num_workers,
+             options_.num_servers, job_id_);
 }
 
 StatusOr<protocol::ServerPlacement> Scheduler::PlaceServersLocked(const std::vector<Node*>& order) const {

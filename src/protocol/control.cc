@@ -187,7 +187,7 @@ std::string Encode(const RegisterReply& m) {
   json nodes = json::array();
   for (const auto& n : m.nodes) nodes.push_back(ToJson(n));
   return Dump(json{{"error", m.error}, {"rank", m.rank}, {"nodes", nodes}, {"shares", m.shares},
-                    {"placement", m.placement}});
+                    {"placement", m.placement}, {"job", m.job}, {"clock_us", m.clock_us}, {"held_us", m.held_us}});
 }
 
 std::string Encode(const NodeFailedNotice& m) {
@@ -214,8 +214,10 @@ StatusOr<RegisterReply> DecodeRegisterReply(const std::string& payload) {
   return Decode<RegisterReply>(payload, "RegisterReply", [](Fields& f, RegisterReply& m) {
     f.String("error", &m.error).Int("rank", &m.rank).Nodes("nodes", &m.nodes)
         .OptionalDoubles("shares", &m.shares)         // absent: equal
-        .OptionalString("placement", &m.placement);   // absent: not said
-
+        .OptionalString("placement", &m.placement)    // absent: not said
+        .OptionalString("job", &m.job)                // absent: unknown
+        .OptionalInt("clock_us", &m.clock_us)         // absent: no clock
+        .OptionalInt("held_us", &m.held_us);
   });
 }
 

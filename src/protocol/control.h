@@ -51,6 +51,13 @@ struct RegisterReply {
   // scheduler's one-line account of it; empty from a rejoin's reply before the rendezvous.
   std::vector<double> shares;
   std::string placement;
+  // The job's id (16 hex characters, random per scheduler start) and the scheduler's system clock
+  // in µs since the epoch when it wrote this reply, with how long it had held this node's request
+  // (µs) before: a node's clock offset to the scheduler (cluster/clock_offset.h) for the traces.
+  // Absent (older encodings, refusals): "" and 0.
+  std::string job;
+  int64_t clock_us = 0;
+  int64_t held_us = 0;
 };
 
 struct NodeFailedNotice {

@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 12;
+inline constexpr uint8_t kWireVersion = 13;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {

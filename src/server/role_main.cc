@@ -10,6 +10,7 @@
 #include "common/report_signal.h"
 #include "server/server.h"
 #include "server/server_config.h"
+#include "server/server_trace.h"
 #include "transport/transport_config.h"
 
 namespace byteps::server {
@@ -17,6 +18,8 @@ namespace byteps::server {
 Status RunServer(const config::Config& c) {
   auto metrics = cluster::StartMetrics(c, "server");  // before anything: a port in use stops the server here
   if (!metrics.ok()) return metrics.status();
+  // A trace that could not be written at the end must not let the job start half-traced.
+  if (c.trace_on) BYTEPS_RETURN_IF_ERROR(ServerTrace::CheckDir(c.trace_dir));
   Server server(ServerOptionsFor(c));
   auto port = server.Listen(cluster::ListenHostFor(c), c.port);
   if (!port.ok()) return port.status();
@@ -42,6 +45,13 @@ Status RunServer(const config::Config& c) {
   Status st = client.value()->WaitTerminate();
   report_signal::Remove(report);
   server.Shutdown();
+  // Written however the job ended: a failed job's timeline is the one worth reading.
+  auto trace = server.WriteTrace(client.value()->rank(), client.value()->job_id(), client.value()->clock_offset_us());
+  if (!trace.ok()) {
+    BYTEPS_LOG(Error, "{}", trace.status().message());
+  } else if (!trace.value().empty()) {
+    BYTEPS_LOG(Info, "server {}: timeline written to {}", client.value()->rank(), trace.value());
+  }
   client.value().reset();
   control->Shutdown();
   return st;

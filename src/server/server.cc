@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "protocol/key_layout.h"
 #include "server/buffer_pool.h"
+#include "server/server_trace.h"
 #include "server/sum_engine.h"
 
 namespace byteps::server {
@@ -25,7 +26,14 @@ using protocol::Opcode;
 Server::Server(const ServerOptions& options) : options_(options), pool_(std::make_unique<BufferPool>()) {
   int n = std::max(1, options_.engine_threads);
   board_ = std::make_unique<JoinBoard>(options_.num_workers);
-  for (int i = 0; i < n; ++i) shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers, board_.get()));
+  if (options_.trace_on) {
+    trace_ = std::make_unique<ServerTrace>(options_.trace_dir,
+                                           TraceWindow{options_.trace_start_step, options_.trace_end_step});
+  }
+  for (int i = 0; i < n; ++i) {
+    shards_.push_back(std::make_unique<SumEngine>(i, options_.num_workers, board_.get(),
+                                                  trace_ ? trace_->NewBuffer() : nullptr));
+  }
   board_->set_notify([this] {
     for (auto& shard : shards_) shard->Post(JoinTask{});
   });
@@ -57,6 +65,12 @@ std::string Server::OpenRounds(double timeout_s) {
     out += rounds.ok() ? rounds.value() : fmt::format("  ({})\n", rounds.status().message());
   }
   return out.empty() ? "  (none)\n" : out;
+}
+
+StatusOr<std::string> Server::WriteTrace(int rank, const std::string& job, int64_t clock_offset_us) {
+  if (!trace_) return std::string();
+  Shutdown();  // the shards must have stopped writing into their buffers
+  return trace_->Write(TraceIdentity{rank, job, clock_offset_us});
 }
 
 size_t Server::keys_held() const {
@@ -161,6 +175,7 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       t.dtype = h.dtype;
       t.offset = h.arg;
       t.joined_share = (h.flags & protocol::kFlagJoinedShare) != 0;
+      if (trace_) t.arrived_ns = TraceNowNs();
       t.conn = c.shared_from_this();
       if (b.discard) {  // OnHeader found no memory for the payload
         t.failure = Unavailable(fmt::format("this server cannot allocate {} bytes for the push from {}: out of "

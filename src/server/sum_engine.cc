@@ -26,11 +26,12 @@ std::string DescribeDecl(const protocol::KeyInit& k) {
 }
 }  // namespace
 
-SumEngine::SumEngine(int index, int num_workers, JoinBoard* board)
+SumEngine::SumEngine(int index, int num_workers, JoinBoard* board, TraceBuffer* trace)
     : index_(index),
       num_workers_(num_workers),
       own_board_(board ? nullptr : std::make_unique<JoinBoard>(num_workers)),
-      board_(board ? board : own_board_.get()) {
+      board_(board ? board : own_board_.get()),
+      trace_(trace) {
   if (own_board_) own_board_->set_notify([this] { Post(JoinTask{}); });
   metrics::Registry& m = metrics::Global();
   for (int w = 0; w < num_workers; ++w) {
@@ -351,6 +352,7 @@ void SumEngine::HandlePush(PushTask& t) {
     by_worker_[t.worker].lag->Observe(std::chrono::duration<double>(now - ks.first_push_at).count());
     summed_bytes_->Add(t.bytes);
   }
+  if (trace_ != nullptr && trace_->Wants(t.round)) NoteTracedPush(ks, t);
   if (t.joined_share) ks.joined_shares.push_back(t.worker);
   if (concat) {
     // Each worker's part goes to its offset; the parts of one round tile the partition.
@@ -412,8 +414,31 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   }
   if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
   ks.result = std::move(ks.accum);
+  const bool traced = trace_ != nullptr && ks.trace_round == ks.completed_round && trace_->Wants(ks.completed_round);
+  const int64_t summed_ns = traced ? TraceNowNs() : 0;
   for (const Waiter& w : waiters) ReplySum(ks, key, w);
+  if (traced) {
+    trace_->Add(RoundTrace{key, ks.completed_round, ks.trace_last_worker, ks.trace_first_ns, ks.trace_last_ns,
+                           summed_ns, TraceNowNs()});
+  }
   MaybeFree(key);  // the last round a releaser waited for
+}
+
+void SumEngine::NoteTracedPush(KeyState& ks, const PushTask& t) {
+  // Pushes come off several I/O threads, so the order they reach the shard need not be the order
+  // they arrived in: the earliest and the latest arrival count.
+  const int64_t at = t.arrived_ns != 0 ? t.arrived_ns : TraceNowNs();
+  if (ks.trace_round != t.round) {
+    ks.trace_round = t.round;
+    ks.trace_first_ns = ks.trace_last_ns = at;
+    ks.trace_last_worker = t.worker;
+    return;
+  }
+  ks.trace_first_ns = std::min(ks.trace_first_ns, at);
+  if (at >= ks.trace_last_ns) {
+    ks.trace_last_ns = at;
+    ks.trace_last_worker = t.worker;
+  }
 }
 
 }  // namespace byteps::server

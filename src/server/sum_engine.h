@@ -38,6 +38,7 @@
 #include "common/metrics.h"
 #include "protocol/control.h"
 #include "server/join_board.h"
+#include "server/server_trace.h"
 #include "transport/transport.h"
 
 namespace byteps::server {
@@ -57,6 +58,7 @@ struct PushTask {
   size_t bytes = 0;
   uint32_t offset = 0;  // concat keys: where in the partition these bytes go (the header's arg)
   bool joined_share = false;  // protocol::kFlagJoinedShare: a process behind it has joined
+  int64_t arrived_ns = 0;     // tracing: when the whole frame had arrived (TraceNowNs); 0 = not taken
   // Not OK: the payload could not be received (no memory for it); the push fails with this,
   // named by its tensor, and counts for nothing.
   Status failure;
@@ -97,7 +99,9 @@ struct ReportTask {
 class SumEngine {
  public:
   // `board`: the server's joined workers, shared by its shards (null: a board of this shard's own).
-  SumEngine(int index, int num_workers, JoinBoard* board = nullptr);
+  // `trace`: where this shard records its traced rounds (null: tracing off); borrowed, outlives
+  // the shard, written only on the shard's thread.
+  SumEngine(int index, int num_workers, JoinBoard* board = nullptr, TraceBuffer* trace = nullptr);
   ~SumEngine();  // drains and joins
   SumEngine(const SumEngine&) = delete;
   SumEngine& operator=(const SumEngine&) = delete;
@@ -152,6 +156,12 @@ class SumEngine {
     // Per worker: the tensor bytes its replies carry (attribute "scatter", a reducescatter); empty:
     // the whole partition.
     std::vector<std::pair<uint64_t, uint64_t>> scatter;
+    // Tracing (trace_ set, the round traced): the current round's earliest and latest push
+    // arrival and the latest's worker; trace_round says which round they belong to.
+    uint32_t trace_round = 0;
+    int64_t trace_first_ns = 0;
+    int64_t trace_last_ns = 0;
+    int trace_last_worker = -1;
   };
   using Task = std::variant<PushTask, InitTask, LeaveTask, ReleaseTask, JoinTask, ReportTask>;
 
@@ -176,6 +186,8 @@ class SumEngine {
   static bool HasAttr(const KeyState& ks, const char* key, const char* value);
   // Completes the current round: the joined absentees' zeros, the result, the waiters' replies.
   void CompleteRound(KeyState& ks, uint64_t key);
+  // Tracing: a new push `t` of a traced round arrived (its times go into ks).
+  static void NoteTracedPush(KeyState& ks, const PushTask& t);
   // The state of `key`, with its per-worker vectors sized.
   KeyState& StateOf(uint64_t key);
   // Frees `key` when every worker released it (or left) and its rounds are complete; true if it did.
@@ -219,6 +231,7 @@ class SumEngine {
   std::vector<WorkerMetrics> by_worker_;  // metrics::Global(), by worker rank; fixed after construction
   metrics::Counter* rounds_ = nullptr;
   metrics::Counter* summed_bytes_ = nullptr;
+  TraceBuffer* const trace_;                      // null: not tracing
   std::atomic<size_t> held_{0};
   std::atomic<uint64_t> pushed_bytes_{0};
   std::atomic<size_t> freed_{0};

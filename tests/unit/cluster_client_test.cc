@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/clock_offset.h"
 #include "protocol/error_frame.h"
 #include "tests/support/fake_clock.h"
 #include "tests/support/fake_transport.h"
@@ -163,6 +164,43 @@ TEST_F(ClusterClientTest, JoinRegistersAndLearnsItsRankAndTheTable) {
   EXPECT_EQ(client_->servers()[0].port, 9000);
   EXPECT_EQ(client_->workers().size(), 2u);
   EXPECT_TRUE(client_->failure().ok());
+}
+
+// The offset: the scheduler's clock at its reply, less this node's clock at the moment that reply
+// left, which is half the wire time (the round trip less the hold) before it arrived.
+TEST(ClockOffsetTest, HalfTheWireTimeBeforeTheReplyArrived) {
+  // 10 ms round trip, no hold, the scheduler 5 s ahead: it replied at local 1'005'000.
+  EXPECT_EQ(ClockOffsetUs(1'000'000, 1'010'000, 6'005'000, 0), 5'000'000);
+  // A scheduler behind: a negative offset.
+  EXPECT_EQ(ClockOffsetUs(1'000'000, 1'010'000, 605'000, 0), -400'000);
+  // The request waited 9.998 s for the rest of the job: 2 ms on the wire, the reply left at
+  // local 11'000'000 - 1'000.
+  EXPECT_EQ(ClockOffsetUs(1'000'000, 11'000'000, 21'000'000, 9'998'000), 10'001'000);
+  // A hold beyond the round trip (clocks that stepped) is the round trip: the reply left as it came.
+  EXPECT_EQ(ClockOffsetUs(1'000'000, 1'010'000, 2'000'000, 50'000'000), 990'000);
+  EXPECT_EQ(ClockOffsetUs(1'000'000, 1'010'000, 2'000'000, -7), ClockOffsetUs(1'000'000, 1'010'000, 2'000'000, 0));
+}
+
+// Join keeps the job id and the offset the reply gave: a scheduler 5 s ahead reads as +5 s, within
+// half of the exchange's round trip.
+TEST_F(ClusterClientTest, JoinLearnsTheJobIdAndTheClockOffset) {
+  const int64_t before = SystemNowUs();
+  BeginJoin(Options());
+  RegisterReply r{"", 1, Table()};
+  r.job = "00112233445566ff";
+  r.clock_us = SystemNowUs() + 5'000'000;
+  Answer(conn_, r);
+  auto c = Await(join_);
+  const int64_t round_trip = SystemNowUs() - before;
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c.value()->job_id(), "00112233445566ff");
+  EXPECT_NEAR(static_cast<double>(c.value()->clock_offset_us()), 5e6, static_cast<double>(round_trip));
+}
+
+TEST_F(ClusterClientTest, AReplyWithoutAClockLeavesTheOffsetZero) {
+  Join(Options());
+  EXPECT_EQ(client_->job_id(), "");
+  EXPECT_EQ(client_->clock_offset_us(), 0);
 }
 
 TEST_F(ClusterClientTest, ARefusalFailsJoinWithTheSchedulersReason) {

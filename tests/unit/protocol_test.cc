@@ -277,6 +277,28 @@ TEST(ControlTest, RegisterReplyRoundTripWithNodes) {
   EXPECT_EQ(Describe(m.nodes[2]), "server 0 (h0:9000, pid 13)");
 }
 
+// Wire v13: the job id and the scheduler's clock travel in the reply; absent, they read as unknown.
+TEST(ControlTest, RegisterReplyCarriesJobAndClock) {
+  RegisterReply m;
+  m.rank = 0;
+  m.job = "0123456789abcdef";
+  m.clock_us = 1'780'000'000'123'456;  // µs since the epoch: beyond 32 bits
+  m.held_us = 2'500'000;
+  auto d = DecodeRegisterReply(Encode(m));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->job, m.job);
+  EXPECT_EQ(d->clock_us, m.clock_us);
+  EXPECT_EQ(d->held_us, m.held_us);
+
+  d = DecodeRegisterReply(R"({"error":"","rank":0,"nodes":[]})");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->job, "");
+  EXPECT_EQ(d->clock_us, 0);
+  ExpectProtocolError(DecodeRegisterReply(R"({"error":"","rank":0,"nodes":[],"clock_us":"now"})").status(),
+                      "'clock_us'");
+  ExpectProtocolError(DecodeRegisterReply(R"({"error":"","rank":0,"nodes":[],"job":7})").status(), "'job'");
+}
+
 TEST(ControlTest, NodeFailedAndKeyInitRoundTrip) {
   NodeFailedNotice n{{"server", 2, "10.1.1.1", 7000, 99}, "no heartbeat for 15 s"};
   auto dn = DecodeNodeFailedNotice(Encode(n));

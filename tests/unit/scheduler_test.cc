@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/clock_offset.h"
 #include "protocol/error_frame.h"
 #include "tests/unit/scheduler_fixture.h"
 
@@ -37,6 +38,33 @@ TEST_F(SchedulerTest, RendezvousSendsEveryNodeItsRankAndTheTable) {
   EXPECT_EQ(r0.nodes[2].port, 9201);
   EXPECT_EQ(r0.nodes, rs.nodes);
   EXPECT_EQ(r1.nodes, rs.nodes);
+}
+
+// Every reply carries the job's id and the scheduler's clock, read while it answered, with how long
+// it held that node's request (real time: at most the time since the test began registering).
+TEST_F(SchedulerTest, RepliesCarryTheJobIdAndTheSchedulersClock) {
+  Start(2, 1);
+  const int64_t before = SystemNowUs();
+  Conn w0 = Register("worker", -1, 101);
+  Conn s0 = Register("server", -1, 201);
+  Conn w1 = Register("worker", -1, 102);
+  RegisterReply r0 = Reply(w0), r1 = Reply(w1), rs = Reply(s0);
+  const int64_t after = SystemNowUs();
+  const std::string job = scheduler_->job_id();
+  ASSERT_EQ(job.size(), 16u);
+  EXPECT_EQ(job.find_first_not_of("0123456789abcdef"), std::string::npos) << job;
+  for (const RegisterReply* r : {&r0, &r1, &rs}) {
+    EXPECT_EQ(r->job, job);
+    EXPECT_GE(r->clock_us, before);
+    EXPECT_LE(r->clock_us, after);
+    EXPECT_GE(r->held_us, 0);
+    EXPECT_LE(r->held_us, after - before);
+  }
+  // A refusal names the job too; another scheduler is another job.
+  EXPECT_EQ(Reply(Register("worker", -1, 103)).job, job);
+  auto other = Scheduler::Start(SchedulerOptions{}, std::make_unique<FakeTransport>());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_NE(other.value()->job_id(), job);
 }
 
 TEST_F(SchedulerTest, RequestedRanksFirstThenArrivalOrder) {

@@ -106,12 +106,17 @@ void TraceRecorder::OperationSubmitted(const pipeline::Operation& op) {
   l.step = step;
   l.stages = op.pipeline->size();
   l.total = data_->totals.Grow(1);
+  l.first_span = data_->spans.Grow(op.parts.size() * l.stages);
+  if (l.total == ChunkedBuffer<Total>::npos || l.first_span == ChunkedBuffer<Span>::npos) {
+    BYTEPS_LOG(Warning, "local rank {}: no memory for more of the timeline: it ends at step {} of tensor '{}'",
+               options_.local_rank, step, op.request.name);
+    return HandOff();  // what was recorded is written; an unfinished total is left out
+  }
   Total& total = data_->totals[l.total];
   total.tensor = t.index;
   total.step = step;
   total.bytes = op.request.bytes;
   total.submitted = SteadyNs();
-  l.first_span = data_->spans.Grow(op.parts.size() * l.stages);
   for (size_t p = 0; p < op.parts.size(); ++p) {
     const pipeline::PartitionTask& task = op.parts[p];
     for (size_t s = 0; s < l.stages; ++s) {

@@ -8,7 +8,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from conftest import NUMPY_PRELUDE, job_results
+from conftest import LOCAL_SPAWNER, NUMPY_PRELUDE, job_results
 
 # Each worker writes under its own directory: both run on this machine with local rank 0, and the
 # layout is <dir>/<local_rank>/comm.json as in BytePS.
@@ -33,6 +33,27 @@ def _events(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def _parse(doc: dict) -> tuple[dict, dict]:
+    """(tensor -> steps of its totals, (tensor, key, step) -> [(start, end, stage)] in time order),
+    checking what every event has."""
+    totals, parts = defaultdict(set), defaultdict(list)
+    for e in doc["traceEvents"]:
+        assert e["ph"] == "X" and e["cat"] == "Comm" and e["dur"] >= 0, e
+        assert e["args"]["name"] == e["pid"]
+        if e["tid"] == "total":
+            totals[e["pid"]].add(e["args"]["step"])
+            continue
+        stage = e["name"][len(e["pid"]) + 1:]
+        parts[(e["pid"], e["tid"], e["args"]["step"])].append((e["ts"], e["ts"] + e["dur"], stage))
+    for evs in parts.values():
+        evs.sort()
+    return totals, parts
+
+
+def _in_order(evs: list) -> bool:
+    return all(end <= start for (_, end, _), (start, _, _) in zip(evs, evs[1:]))
+
+
 def test_a_traced_job_writes_each_workers_timeline(run_job, tmp_path):
     base = tmp_path / "traces"
     env = {"BYTEPS_TRACE_ON": "1", "BYTEPS_TRACE_START_STEP": "2", "BYTEPS_TRACE_END_STEP": "4",
@@ -49,16 +70,7 @@ def test_a_traced_job_writes_each_workers_timeline(run_job, tmp_path):
         assert other["role"] == "worker" and other["local_rank"] == 0
         assert (other["start_step"], other["end_step"]) == (2, 4)
         ranks.add(other["rank"])
-        totals = defaultdict(set)
-        parts = defaultdict(list)  # (tensor, key, step) -> [(ts, end, stage)]
-        for e in doc["traceEvents"]:
-            assert e["ph"] == "X" and e["cat"] == "Comm" and e["dur"] >= 0, e
-            assert e["args"]["name"] == e["pid"]
-            if e["tid"] == "total":
-                totals[e["pid"]].add(e["args"]["step"])
-                continue
-            stage = e["name"][len(e["pid"]) + 1:]
-            parts[(e["pid"], e["tid"], e["args"]["step"])].append((e["ts"], e["ts"] + e["dur"], stage))
+        totals, parts = _parse(doc)
         # Steps 2..4 inclusive of every tensor, nothing else (docs/tracing.md: the step rule).
         assert dict(totals) == {f"Comm.byteps.{n}": {2, 3, 4} for n in ("big", "small", "mid")}, totals
         keys = defaultdict(set)
@@ -66,9 +78,7 @@ def test_a_traced_job_writes_each_workers_timeline(run_job, tmp_path):
             keys[pid].add(key)
             names = {s for _, _, s in evs}
             assert names == STAGES | {"CREDIT_WAIT"}, (pid, key, step, names)
-            evs.sort()
-            for (_, end, _), (start, _, _) in zip(evs, evs[1:]):
-                assert end <= start, (pid, key, step, evs)  # in order, no overlap
+            assert _in_order(evs), (pid, key, step, evs)  # in order, no overlap
         assert len(keys["Comm.byteps.big"]) == 4, keys  # 16 KiB in 4 KiB partitions
         assert {len(v) for k, v in parts.items()} == {2}
         for pid, ks in keys.items():
@@ -87,3 +97,32 @@ def test_an_unwritable_trace_dir_stops_init(run_job, tmp_path):
     assert result.returncode != 0, result
     assert job_results(result.stdout) == [], result
     assert f"BYTEPS_TRACE_DIR={blocker / 'trace'}: cannot create the timeline directory" in result.output, result
+
+
+def test_a_hosts_processes_each_write_their_own_timeline(run_job, tmp_path):
+    """Two processes on one worker host: each local rank's file under the host's directory, with
+    the local reduce and broadcast; only the local root's has the push-pull."""
+    base = tmp_path / "traces"
+    env = {"BPS_LOCAL": "2", "BPS_CHILD": TRACED, "BYTEPS_TRACE_ON": "1", "BYTEPS_TRACE_START_STEP": "2",
+           "BYTEPS_TRACE_END_STEP": "3", "BYTEPS_PARTITION_BYTES": "4096", "TRACE_BASE": str(base)}
+    result = run_job(1, 1, LOCAL_SPAWNER, env=env, timeout=90, force_distributed=True)
+    assert result.returncode == 0, result
+    assert len(job_results(result.stdout)) == 2, result
+    with_network = 0
+    for local_rank in (0, 1):
+        doc = _events(base / "worker0" / str(local_rank) / "comm.json")
+        assert doc["otherData"]["local_rank"] == local_rank
+        totals, parts = _parse(doc)
+        assert dict(totals) == {f"Comm.byteps.{n}": {2, 3} for n in ("big", "small", "mid")}, totals
+        stage_sets = {frozenset(s for _, _, s in evs) for evs in parts.values()}
+        assert len(stage_sets) == 1, stage_sets  # every partition passed the same stages
+        stages = set(next(iter(stage_sets)))
+        assert {"REDUCE", "BROADCAST"} <= stages, stages
+        if "PUSH_PULL" in stages:
+            with_network += 1
+            assert "CREDIT_WAIT" in stages
+        for key, evs in parts.items():
+            assert _in_order(evs), (key, evs)
+            names = [s for _, _, s in evs]
+            assert names[0] == "REDUCE" and names[-1] == "BROADCAST", (key, names)
+    assert with_network == 1  # the local root only

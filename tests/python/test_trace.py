@@ -1,7 +1,8 @@
 """The worker's timeline (BYTEPS_TRACE_ON, docs/tracing.md): a traced job with 2 workers and 2
 servers writes one chrome-trace file per worker with every stage of every traced partition, only
-the step window, and each partition's stage events in order; an unwritable BYTEPS_TRACE_DIR stops
-init with a named error."""
+the step window, and each partition's stage events in order; a host of two processes writes a
+file per local rank with the local stages; a device tensor's has its copies; an unwritable
+BYTEPS_TRACE_DIR stops init with a named error."""
 from __future__ import annotations
 
 import json
@@ -126,3 +127,40 @@ def test_a_hosts_processes_each_write_their_own_timeline(run_job, tmp_path):
             names = [s for _, _, s in evs]
             assert names[0] == "REDUCE" and names[-1] == "BROADCAST", (key, names)
     assert with_network == 1  # the local root only
+
+
+# A device tensor on the fake device backend (host memory behind the device interface): its
+# pipeline starts with copy-in and ends with copy-out.
+DEVICE = r"""
+import os
+os.environ["BYTEPS_TRACE_DIR"] = os.path.join(os.environ["TRACE_BASE"], "worker" + os.environ["DMLC_WORKER_ID"])
+import json
+import numpy as np
+from byteps import _basics
+import byteps.numpy as bpsnp
+bpsnp.init()
+core = _basics.core()
+x = np.ones(3000, np.float32)
+out = np.zeros_like(x)
+for _ in range(4):
+    h = _basics.start("dev.t", x.ctypes.data, out.ctypes.data, x.nbytes, core.FLOAT32, False, 0, x, out,
+                      device=(core.DEVICE_FAKE, bpsnp.rank(), 0))
+    _basics.synchronize(h)
+print("RESULT " + json.dumps({"rank": bpsnp.rank()}), flush=True)
+bpsnp.shutdown()
+"""
+
+
+def test_a_device_tensors_timeline_has_its_copies(run_job, tmp_path):
+    base = tmp_path / "traces"
+    env = {"BYTEPS_TRACE_ON": "1", "BYTEPS_TRACE_START_STEP": "2", "BYTEPS_TRACE_END_STEP": "3",
+           "BYTEPS_PARTITION_BYTES": "4096", "TRACE_BASE": str(base)}
+    result = run_job(1, 1, DEVICE, env=env, timeout=90, force_distributed=True)
+    assert result.returncode == 0, result
+    assert len(job_results(result.stdout)) == 1, result
+    totals, parts = _parse(_events(base / "worker0" / "0" / "comm.json"))
+    assert dict(totals) == {"Comm.byteps.dev.t": {2, 3}}, totals
+    assert len(parts) == 3 * 2, parts.keys()  # 12,000 bytes in 4 KiB partitions, 2 steps
+    for key, evs in parts.items():
+        assert _in_order(evs), (key, evs)
+        assert [s for _, _, s in evs] == ["COPYD2H", "CREDIT_WAIT", "PUSH_PULL", "COPYH2D"], (key, evs)

@@ -22,6 +22,7 @@
 #include "worker/server_links/server_links.h"
 #include "worker/stand_ins.h"
 #include "worker/stages/push_pull_stage.h"
+#include "worker/trace/trace_recorder.h"
 #include "worker/tuning/online_tuner.h"
 #include "worker/tuning/partition_schedule.h"
 #include "worker/tuning/startup_agreement.h"
@@ -52,6 +53,19 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
   e->metrics_endpoint_ = std::move(metrics.value());
   e->rank_ = config.global_rank >= 0 ? config.global_rank
                                      : std::max(0, config.worker_id) * config.local_size + config.local_rank;
+  if (config.trace_on) {
+    // Before anything starts: an unwritable BYTEPS_TRACE_DIR stops this worker now, not half-traced.
+    trace::TraceOptions to;
+    to.dir = config.trace_dir;
+    to.rank = e->rank_;
+    to.local_rank = config.local_rank;
+    to.start_step = config.trace_start_step;
+    to.end_step = config.trace_end_step;
+    auto recorder = trace::TraceRecorder::Create(to);
+    if (!recorder.ok()) return recorder.status();
+    e->recorder_ = std::move(recorder.value());
+    e->recorder_->SetClock("", 0);  // wired at merge: the scheduler's job id and clock offset
+  }
   if (config.local_size > 1) BYTEPS_RETURN_IF_ERROR(e->StartLocal());
   // Only a host's local root talks to the scheduler and the servers.
   if (config.distributed() && (!e->local_ || e->local_->is_root())) {
@@ -178,6 +192,10 @@ void Engine::StartPipeline() {
           }
         });
       });
+  if (recorder_) {
+    recorder_->SetRank(rank_);
+    loop->SetObserver(recorder_.get());
+  }
   PipelineContext pc;
   pc.loop = loop.get();
   pc.local = local_.get();

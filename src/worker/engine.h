@@ -63,6 +63,9 @@ struct Retired;
 namespace server_links {
 class ServerLinks;
 }
+namespace trace {
+class TraceRecorder;
+}
 namespace tuning {
 class OnlineTuner;
 class PartitionSchedule;
@@ -195,6 +198,8 @@ class Engine {
   std::unique_ptr<server_links::ServerLinks> links_;   // when this process talks to the servers
   std::unique_ptr<pipeline::HandleTable> handles_;
   SpeedTelemetry telemetry_;
+  // BYTEPS_TRACE_ON: the timeline (the dispatcher's observer; null when off). Outlives loop_.
+  std::unique_ptr<trace::TraceRecorder> recorder_;
   std::unique_ptr<pipeline::DispatchLoop> loop_;
   std::unique_ptr<PipelineSet> pipelines_;
 

@@ -8,6 +8,7 @@
 #include "worker/pipeline_set.h"
 #include "worker/server_links/server_links.h"
 #include "worker/stand_ins.h"
+#include "worker/trace/trace_recorder.h"
 #include "worker/job_files.h"
 #include "cluster/name_client.h"
 #include "transport/transport.h"
@@ -87,6 +88,7 @@ Engine::~Engine() {
   StopReports();                           // no report asks the loop after this
   if (stand_ins_) stand_ins_->Stop(0);     // no stand-in starts after this
   if (loop_) loop_->Stop();                // no stage starts anything after this
+  if (recorder_) recorder_->Close();       // the dispatcher no longer records: a timeline not yet out goes now
   if (links_) links_->Shutdown();
   if (transport_) transport_->Shutdown();  // no server callback runs after this
   if (local_) local_->Close();             // nor a local one

@@ -1,15 +1,20 @@
 // The dispatcher thread with real stages and a test-only one: operations from several framework
 // threads, completions from a stage's own thread, handles that complete with every partition
 // through; the stall guard firing with nobody in Wait; and the handle table's poll / wait / error
-// rules. The test-only checksum stage shows that a new stage needs no change to the dispatcher.
+// rules; the observer hearing every step. The test-only checksum stage shows that a new stage needs
+// no change to the dispatcher.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "common/crc32c.h"
 #include "worker/pipeline/dispatch_loop.h"
@@ -114,6 +119,63 @@ TEST(DispatchLoopTest, ATestOnlyStagePlugsInWithoutChangingTheDispatcher) {
   EXPECT_EQ(checksum.Sum(), expected);   // every partition passed the checksum stage once per call
   EXPECT_EQ(checksum.NotInOutput(), 0);  // and always after copy-out had moved it
   EXPECT_EQ(handles.running(), 0u);
+}
+
+// Records what the dispatcher reports, and from which thread.
+class EventLog : public pipeline::Observer {
+ public:
+  void OperationSubmitted(const pipeline::Operation& op) override { Add(fmt::format("submit {}", op.request.name)); }
+  void TaskQueued(const pipeline::PartitionTask& t, size_t stage) override { Add(fmt::format("queue {} {}", t.part, stage)); }
+  void TaskStarted(const pipeline::PartitionTask& t, size_t stage) override { Add(fmt::format("start {} {}", t.part, stage)); }
+  void TaskCompleted(const pipeline::PartitionTask& t, size_t stage, const Status& st) override {
+    Add(fmt::format("done {} {} {}", t.part, stage, st.ok()));
+  }
+  void OperationFinished(const pipeline::Operation& op) override { Add(fmt::format("finish {}", op.request.name)); }
+  std::vector<std::string> events;    // read after the loop stopped
+  std::set<std::thread::id> threads;  // every thread that reported
+
+ private:
+  void Add(std::string e) {
+    events.push_back(std::move(e));
+    threads.insert(std::this_thread::get_id());
+  }
+};
+
+TEST(DispatchLoopTest, TheObserverHearsEveryStepOnTheDispatcherThread) {
+  pipeline::HandleTable handles;
+  pipeline::DispatchLoop loop(
+      {}, [&](pipeline::PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
+  EventLog log;
+  loop.SetObserver(&log);
+  stages::CopyOutStage copy(&loop);
+  ChecksumStage checksum(&loop);  // completes from a thread of its own
+  loop.AddStage(&copy);
+  loop.AddStage(&checksum);
+  loop.Start();
+  pipeline::Pipeline p({&copy, &checksum});
+  auto plan = MakePlan("obs", 0, 2, 64);
+  std::vector<float> in(32, 1.f), out(32);
+  auto op = MakeOp(*plan, p, in.data(), out.data());
+  HandleId h = handles.Add(op);
+  loop.Submit(op);
+  ASSERT_TRUE(handles.Wait(h, 10).ok());
+  ASSERT_TRUE(handles.WaitIdle(10));
+  loop.Stop();
+  ASSERT_FALSE(log.events.empty());
+  EXPECT_EQ(log.events.front(), "submit obs");
+  EXPECT_EQ(log.events.back(), "finish obs");
+  for (int part = 0; part < 2; ++part) {  // each partition's own events, in pipeline order
+    std::vector<std::string> mine;
+    for (const std::string& e : log.events)  // "<what> <part> ...": the second word is the part
+      if (e.rfind("submit", 0) != 0 && e.rfind("finish", 0) != 0 && e[e.find(' ') + 1] == '0' + part) mine.push_back(e);
+    const std::vector<std::string> want = {
+        fmt::format("queue {} 0", part), fmt::format("start {} 0", part), fmt::format("done {} 0 true", part),
+        fmt::format("queue {} 1", part), fmt::format("start {} 1", part), fmt::format("done {} 1 true", part)};
+    EXPECT_EQ(mine, want);
+  }
+  EXPECT_EQ(log.events.size(), 2u + 2 * 6);
+  ASSERT_EQ(log.threads.size(), 1u);  // the dispatcher thread only
+  EXPECT_NE(*log.threads.begin(), std::this_thread::get_id());
 }
 
 TEST(DispatchLoopTest, TheStallGuardFiresWithNobodyWaiting) {

@@ -115,7 +115,10 @@ void DispatchLoop::Finished(PartitionTask* task, const Status& status) {
   on_finished_(task, status);
   --tasks_live_;
   auto it = live_.find(task->op);
-  if (it != live_.end() && --it->second.first == 0) live_.erase(it);  // the last reference may go here
+  if (it != live_.end() && --it->second.first == 0) {
+    if (observer_) observer_->OperationFinished(*task->op);
+    live_.erase(it);  // the last reference may go here
+  }
 }
 
 void DispatchLoop::Loop() {

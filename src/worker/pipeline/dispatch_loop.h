@@ -34,6 +34,12 @@ class DispatchLoop : public StageSink {
 
   // Before Start: every stage of every pipeline.
   void AddStage(Stage* stage) { core_.AddStage(stage); }
+  // Before Start: the dispatcher's observer (dispatcher.h), also told when an operation's last
+  // partition left. Borrowed: must outlive the loop's thread (Stop).
+  void SetObserver(Observer* observer) {
+    observer_ = observer;
+    core_.SetObserver(observer);
+  }
   void Start();
   // Applies what is in the inbox, then stops the thread. Completions arriving later are dropped.
   void Stop();
@@ -58,6 +64,7 @@ class DispatchLoop : public StageSink {
 
   Dispatcher::Finished on_finished_;
   Dispatcher core_;  // dispatcher thread only
+  Observer* observer_ = nullptr;  // set before Start
   // Operations in the pipeline and how many of their partitions are still in it (dispatcher thread).
   std::unordered_map<Operation*, std::pair<size_t, std::shared_ptr<Operation>>> live_;
 

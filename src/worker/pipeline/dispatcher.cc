@@ -9,6 +9,7 @@ Dispatcher::Dispatcher(const Options& options, Finished on_finished)
 
 void Dispatcher::Submit(Operation* op) {
   const uint32_t round = rounds_.NextRound(op->plan->declared_key);
+  if (observer_) observer_->OperationSubmitted(*op);
   for (PartitionTask& t : op->parts) {
     t.round = round;
     t.stage = 0;
@@ -23,6 +24,7 @@ void Dispatcher::Enter(PartitionTask* task) {
   if (task->stage >= p.size()) return Finish(task, Status::Ok());
   task->where = PartitionTask::Where::kQueued;
   p.at(task->stage)->queue().Push(task);
+  if (observer_) observer_->TaskQueued(*task, task->stage);
 }
 
 void Dispatcher::Complete(PartitionTask* task, const Status& status, Clock::time_point now) {
@@ -32,6 +34,7 @@ void Dispatcher::Complete(PartitionTask* task, const Status& status, Clock::time
     task->credit_bytes = 0;
   }
   holding_credit_.erase(task);
+  if (observer_) observer_->TaskCompleted(*task, task->stage, status);
   if (!status.ok()) return Fail(task, task->stage + 1, status);
   task->op->pipeline->at(task->stage)->latency()->Observe(std::chrono::duration<double>(now - task->started_at).count());
   ++task->stage;
@@ -93,6 +96,7 @@ std::optional<Dispatcher::Clock::time_point> Dispatcher::Run(Clock::time_point n
         here = true;
         t->where = PartitionTask::Where::kRunning;
         t->started_at = now;
+        if (observer_) observer_->TaskStarted(*t, t->stage);
         s->Start(t);  // may complete t (or others) right here, through Complete
       }
       if (here) s->Flush();

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "worker/pipeline/credit.h"
+#include "worker/pipeline/observer.h"
 #include "worker/pipeline/partition_task.h"
 #include "worker/pipeline/pipeline.h"
 #include "worker/pipeline/round_sequencer.h"
@@ -44,6 +45,10 @@ class Dispatcher {
 
   Dispatcher(const Options& options, Finished on_finished);
 
+  // Reports every task's queueing, start and completion and every submission to `observer`
+  // (borrowed; must outlive the dispatcher or be unset first). Null: nothing is reported.
+  void SetObserver(Observer* observer) { observer_ = observer; }
+  Observer* observer() const { return observer_; }
   // Every stage any pipeline uses, before the first Submit.
   void AddStage(Stage* stage) { stages_.push_back(stage); }
   // An operation's partitions enter the pipeline (or wait behind their earlier round).
@@ -78,6 +83,7 @@ class Dispatcher {
   std::unordered_set<PartitionTask*> holding_credit_;
   Clock::time_point last_progress_{};
   Status failure_;
+  Observer* observer_ = nullptr;
 };
 
 }  // namespace byteps::worker::pipeline

@@ -64,7 +64,6 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
     auto recorder = trace::TraceRecorder::Create(to);
     if (!recorder.ok()) return recorder.status();
     e->recorder_ = std::move(recorder.value());
-    e->recorder_->SetClock("", 0);  // wired at merge: the scheduler's job id and clock offset
   }
   if (config.local_size > 1) BYTEPS_RETURN_IF_ERROR(e->StartLocal());
   // Only a host's local root talks to the scheduler and the servers.
@@ -73,6 +72,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
       if (e->local_) e->local_->FailAll(st);  // the local non-roots learn why, not just that we left
       return st;
     }
+    // The merge aligns this node's clock to the scheduler's and refuses other jobs' files. A
+    // host's other processes (no scheduler connection) write no job and no offset: the merge
+    // takes them unshifted (they share this host's clock).
+    if (e->recorder_) e->recorder_->SetClock(e->cluster_->job_id(), e->cluster_->clock_offset_us());
   }
   e->StartNames();
   e->StartPipeline();

@@ -151,6 +151,33 @@ def test_a_traced_job_has_server_timelines_that_merge(run_job, tmp_path: Path) -
     pids = {e["pid"] for e in merged["traceEvents"]}
     assert {"server 0", "server 1"} <= pids
     assert merged["otherData"]["job"] in jobs
+    # bpsrun gave each worker (a machine of its own) its own folder: both timelines are there.
+    for w in (0, 1):
+        doc = json.loads((trace_dir / f"worker{w}" / "0" / "comm.json").read_text())
+        assert doc["otherData"]["job"] in jobs and abs(doc["otherData"]["clock_offset_us"]) < 100_000
+    # On the merged clock, per partition and step: the workers push before the server has the
+    # round, the server sums and replies before the workers' push-pull ends (the pull). The
+    # clocks are aligned to within a couple of ms on one loaded host (the offsets' error).
+    tol = 5000  # µs
+    pushes: dict = {}
+    for e in merged["traceEvents"]:
+        if e["pid"].startswith("worker ") and e["name"].endswith(".PUSH_PULL"):
+            pushes.setdefault((e["tid"], e["args"]["step"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    server: dict = {}
+    for e in merged["traceEvents"]:
+        if e["pid"].startswith("server "):
+            server.setdefault((e["tid"], e["args"]["step"]), {})[e["name"].rsplit(".", 1)[1]] = e
+    matched = 0
+    for (key, step), ev in server.items():
+        ws = pushes.get((key, step))
+        if not ws:
+            continue  # a start-up tuning key: no worker traces those
+        matched += 1
+        assert len(ws) == 2, (key, step, ws)
+        assert min(s for s, _ in ws) <= ev["RECV"]["ts"] + tol, (key, step, ws, ev)
+        assert ev["SUM"]["ts"] + ev["SUM"]["dur"] <= min(e for _, e in ws) + tol, (key, step, ws, ev)
+        assert ev["REPLY"]["ts"] <= min(e for _, e in ws) + tol, (key, step, ws, ev)
+    assert matched >= 6, f"only {matched} partitions found in both the workers' and the servers' files"
 
 
 @pytest.mark.usefixtures("require_core")

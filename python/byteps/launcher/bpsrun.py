@@ -191,6 +191,17 @@ def plan(opts: argparse.Namespace, core: Optional[str]) -> list[tuple[str, str, 
     return procs
 
 
+def trace_dir(env: dict, role_env: dict) -> dict:
+    """A traced worker's own BYTEPS_TRACE_DIR: ``<dir>/worker<i>``.  Each worker here stands for a
+    machine, and all share this machine's files: in one folder they would all write
+    ``<dir>/0/comm.json`` (the original's layout: ``<dir>/<local rank>``).  ``byteps trace merge
+    <dir>`` finds them all."""
+    on = str(env.get("BYTEPS_TRACE_ON", "")).strip().lower() in ("1", "true", "yes", "on")
+    if not on or role_env.get("DMLC_ROLE") != "worker":
+        return {}
+    return {"BYTEPS_TRACE_DIR": os.path.join(env.get("BYTEPS_TRACE_DIR") or "./trace", f"worker{role_env['DMLC_WORKER_ID']}")}
+
+
 def run_job(opts: argparse.Namespace, children: list[Child], waker: Waker, console: Console) -> int:
     """Start every process (appending to *children* as it goes) and supervise the job."""
     try:
@@ -220,7 +231,7 @@ def run_job(opts: argparse.Namespace, children: list[Child], waker: Waker, conso
     else:
         console.note("starting 1 worker (single-worker job: no scheduler or servers)")
     for i, (label, role, argv, role_env) in enumerate(plan(opts, core)):
-        role_env = {**role_env, **metrics_port(env, i)}  # one machine: a metrics port per process
+        role_env = {**role_env, **metrics_port(env, i), **trace_dir(env, role_env)}  # one machine: its own each
         children.append(spawn(label, role, argv, {**env, **role_env}, console=console,
                               tag="" if opts.no_prefix else f"[{label}] "))
     return supervise(children, waker, console, timeout=opts.timeout, services_wait=2 * opts.grace)

@@ -8,8 +8,8 @@ measures through byteps (:mod:`byteps.doctor.exchange`) and calls them.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
-import os
 import time
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -87,11 +87,14 @@ class Bandwidth:
     workers: int                # worker machines (n)
 
 
-def analyse_bandwidth(bw: Bandwidth) -> list[Finding]:
+def analyse_bandwidth(bw: Bandwidth, one_host: bool = False) -> list[Finding]:
     """The PS rule k B_server >= n B_worker, per server (equal byte shares: each server must carry
-    n B_worker / k), and the predicted speedup over all-reduce (docs/performance.md)."""
+    n B_worker / k), and the predicted speedup over all-reduce (docs/performance.md).  *one_host*:
+    every process on one machine (the scheduler on a loopback address), where the rates measure
+    CPUs and memory rather than links: a slow server is a WARNING."""
     n, k = bw.workers, len(bw.servers)
     out = []
+    slow_level = WARNING if one_host else ERROR
     need = n * bw.worker / k
     fastest = max(bw.servers)
     for i, rate in enumerate(bw.servers):
@@ -100,11 +103,14 @@ def analyse_bandwidth(bw: Bandwidth) -> list[Finding]:
         slow_vs_others = others and rate < SLOW_FRACTION * fastest
         if rate < SLOW_FRACTION * need or slow_vs_others:
             versus = f", the others {', '.join(f'{r / MB:.1f}' for r in others)} MB/s" if others else ""
-            out.append(Finding(f"bandwidth server {i}", ERROR,
-                               f"{figure}{versus}; the {n} workers at {bw.worker / MB:.1f} MB/s need "
+            note = " (all on one machine: CPU and memory, not links)" if one_host else ""
+            out.append(Finding(f"bandwidth server {i}", slow_level,
+                               f"{figure}{versus}{note}; the {n} workers at {bw.worker / MB:.1f} MB/s need "
                                f"{need / MB:.1f} MB/s from each of the {k} servers (k*B_server >= n*B_worker)",
-                               "give this server's machine a faster NIC or a link of its own, move the "
-                               "server to a less busy machine, or add servers (DMLC_NUM_SERVER)"))
+                               f"give this server's machine a faster NIC or a link of its own, move the "
+                               f"server to a less busy machine, or add servers (DMLC_NUM_SERVER); server {i} is "
+                               f"the one whose log says '[server:{i}] ... serving on <address>' "
+                               f"(BYTEPS_LOG_LEVEL=INFO)"))
         else:
             out.append(Finding(f"bandwidth server {i}", OK, f"{figure} (need {need / MB:.1f} MB/s)"))
     out.append(Finding("bandwidth workers", OK,
@@ -138,17 +144,16 @@ class ProbeOptions:
 
 def measure_bandwidth(opts: ProbeOptions, servers: int, workers: int) -> Bandwidth:
     """Every worker push_pulls *nbytes* on each server alone, then *nbytes* x servers spread over
-    them all; the slowest worker's time counts (a push_pull ends when every worker's is in)."""
+    them all (:func:`exchange.timed_rounds`: the slowest worker of the fastest pass)."""
     from .. import numpy as bps  # noqa: PLC0415
     per_server, worker_best = [], 0.0
     for s in range(servers):
-        t = max(exchange.gather_floats(exchange.timed_rounds(f"bw.s{s}", opts.nbytes, opts.rounds, opts.timeout, s),
-                                       opts.timeout))
+        t = exchange.timed_rounds(f"bw.s{s}", opts.nbytes, opts.rounds, opts.timeout, s)
         moved = opts.nbytes * opts.rounds
         per_server.append(bps.size() * moved / t)
         worker_best = max(worker_best, moved / t)
     total = opts.nbytes * servers
-    t = max(exchange.gather_floats(exchange.timed_rounds("bw.all", total, opts.rounds, opts.timeout), opts.timeout))
+    t = exchange.timed_rounds("bw.all", total, opts.rounds, opts.timeout, passes=2)
     together = total * opts.rounds / t
     return Bandwidth(per_server, max(worker_best, together), together, workers)
 
@@ -170,9 +175,13 @@ def run_cluster_checks(env: Mapping[str, str], opts: ProbeOptions, bandwidth: bo
         bw = measure_bandwidth(opts, servers, workers)
         figures["bandwidth"] = {"servers_bytes_per_s": bw.servers, "worker_bytes_per_s": bw.worker,
                                 "together_bytes_per_s": bw.together}
-        findings += analyse_bandwidth(bw)
+        findings += analyse_bandwidth(bw, one_host=is_loopback(env.get("DMLC_PS_ROOT_URI", "")))
     return findings, figures
 
 
-def environ() -> dict[str, str]:
-    return dict(os.environ)
+def is_loopback(host: str) -> bool:
+    """Whether *host* (the scheduler's address) is this machine's loopback."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

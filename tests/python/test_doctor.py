@@ -244,3 +244,15 @@ def test_a_server_that_never_comes_is_flagged_within_the_deadline(cluster_of_fou
     assert conn["level"] == "ERROR" and "within 8 s" in conn["figure"], reports
     assert "2 of 3 servers registered" in conn["figure"], reports
     assert "DMLC_NUM_SERVER" in conn["fix"], reports
+
+
+def test_a_setting_that_differs_is_named_with_each_workers_value(cluster_of_four):
+    argv = ["sh", "-c", 'if [ "$DMLC_WORKER_ID" = 1 ]; then export BYTEPS_TIMEOUT=45; fi; '
+            f'exec {" ".join(DOCTOR)} --no-bandwidth --json']
+    result = _doctor(cluster_of_four, argv, timeout=60)
+    assert result.returncode == 1, result
+    got = {f["check"]: f for f in _report(result.output("worker:0"))["findings"]}
+    diff = got["setting BYTEPS_TIMEOUT"]
+    assert diff["level"] == "ERROR", got
+    assert "worker 0: '60'; worker 1: '45'" in diff["figure"], diff
+    assert "bandwidth server 0" not in got

@@ -33,7 +33,8 @@ EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="byteps doctor", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="byteps doctor", description="Checks a deployment before training, each "
+                                "finding with its fix (docs/doctor.md).")
     p.add_argument("--timeout", type=float, default=None,
                    help=f"seconds to join the job (BYTEPS_START_TIMEOUT; default {DEFAULT_TIMEOUT_S:g} unless "
                         f"that is set) and for each exchange or probe round")

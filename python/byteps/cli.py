@@ -31,6 +31,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from . import trace_merge  # noqa: PLC0415 - only this subcommand needs it
 
         return trace_merge.main(args[1:])
+    if args and args[0] == "doctor":  # byteps.doctor: checks a deployment, run as a job's workers
+        from . import doctor  # noqa: PLC0415 - only this subcommand needs it
+
+        return doctor.main(args[1:])
     try:
         binary = corebin.find_core_binary()
     except FileNotFoundError as err:

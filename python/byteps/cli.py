@@ -1,8 +1,9 @@
 """The ``byteps`` console command.
 
 ``byteps plan ...`` is Python (:func:`byteps.sim.plan.main`: which placement to run and the
-predicted speedup, from the simulator; no native binary needed), and so is ``byteps trace merge
-...`` (:func:`byteps.trace_merge.main`: every node's timeline in one file).  Everything else (``byteps
+predicted speedup, from the simulator; no native binary needed), and so are ``byteps trace merge
+...`` (:func:`byteps.trace_merge.main`: every node's timeline in one file) and ``byteps doctor``
+(:mod:`byteps.doctor`: a deployment's check, run as a job's workers).  Everything else (``byteps
 info``, ``byteps scheduler``, ``byteps server``, ``byteps bench``) is a subcommand of the native
 ``byteps-core``: this wrapper finds it (see :mod:`byteps.launcher.corebin`) and replaces the
 Python process with it, with the same arguments, so signals, exit codes and output are the

@@ -30,7 +30,7 @@ from tools.testbed.netns import Testbed
 MODES = ("off", "trace", "metrics")
 METRICS_PORT = 9464  # each worker is alone on its emulated host
 
-# Scrapes the worker's own endpoint every second until the worker exits; counts the answers.
+# Scrapes the worker's own endpoint every second until the worker exits; the answers so far in a file.
 SCRAPER = r"""
 import os, sys, time, urllib.request
 pid, out = int(sys.argv[1]), sys.argv[2]
@@ -43,10 +43,12 @@ while True:
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % int(sys.argv[3]), timeout=2) as r:
             ok += b"byteps_worker_pushed_bytes_total" in r.read()
+        with open(out + ".part", "w") as f:  # after each scrape: the job's end may kill this process
+            f.write(str(ok))
+        os.replace(out + ".part", out)
     except OSError:
         pass
     time.sleep(1)
-open(out, "w").write(str(ok))
 """
 
 

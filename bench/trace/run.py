@@ -41,7 +41,7 @@ def job(traced: bool, tensors: int, iters: int, timeout: float) -> float:
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout + 30)
         if r.returncode != 0 or not out.exists():
             raise RuntimeError(f"{' '.join(cmd)} failed (rc {r.returncode}):\n{r.stdout[-3000:]}{r.stderr[-3000:]}")
-        if traced and not (Path(d) / "trace" / "0" / "comm.json").exists():
+        if traced and not list((Path(d) / "trace").glob("worker0/0/comm.json")):  # bpsrun: <dir>/worker<i>
             raise RuntimeError("the traced job wrote no timeline")
         s = json.loads(out.read_text())
         return float(s["per_tensor_us_median"] if "per_tensor_us_median" in s else s["per_tensor_us"])

@@ -30,7 +30,8 @@ from tools.testbed.netns import Testbed
 MODES = ("off", "trace", "metrics")
 METRICS_PORT = 9464  # each worker is alone on its emulated host
 
-# Scrapes the worker's own endpoint every second until the worker exits; the answers so far in a file.
+# Scrapes the worker's own endpoint (its host's address: the node binds DMLC_NODE_HOST) every second
+# until the worker exits; the answers so far in a file.
 SCRAPER = r"""
 import os, sys, time, urllib.request
 pid, out = int(sys.argv[1]), sys.argv[2]
@@ -41,7 +42,7 @@ while True:
     except OSError:
         break
     try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % int(sys.argv[3]), timeout=2) as r:
+        with urllib.request.urlopen("http://%s:%d/metrics" % (sys.argv[4], int(sys.argv[3])), timeout=2) as r:
             ok += b"byteps_worker_pushed_bytes_total" in r.read()
         with open(out + ".part", "w") as f:  # after each scrape: the job's end may kill this process
             f.write(str(ok))
@@ -60,7 +61,7 @@ def wrapped_argv(argv: list[str], mode: str, tmp: Path) -> list[str]:
     scraper = shlex.quote(SCRAPER)
     return ["/bin/sh", "-c",
             f"BYTEPS_METRICS_PORT={METRICS_PORT} {line} & pid=$!; {shlex.quote(sys.executable)} -c {scraper} $pid "
-            f"{shlex.quote(str(tmp))}/scrapes_$DMLC_WORKER_ID {METRICS_PORT} & wait $pid"]
+            f"{shlex.quote(str(tmp))}/scrapes_$DMLC_WORKER_ID {METRICS_PORT} $DMLC_NODE_HOST & wait $pid"]
 
 
 def main(argv=None) -> int:

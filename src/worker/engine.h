@@ -113,7 +113,8 @@ class Engine {
   StatusOr<HandleId> Enqueue(const TensorRequest& request);
   // True when finished successfully, false while running; the operation's error once it failed.
   StatusOr<bool> Poll(HandleId h);
-  // Waits up to timeout_s (< 0: BYTEPS_TIMEOUT). The operation's error, or DeadlineExceeded.
+  // Waits up to timeout_s (< 0: BYTEPS_TIMEOUT). The operation's error, or DeadlineExceeded; at
+  // BYTEPS_TIMEOUT (not a caller's own timeout) it writes the stall report and names it.
   Status Wait(HandleId h, double timeout_s = -1);
   void Release(HandleId h);
   // get_pushpull_speed: the oldest unread sample of completed push_pull bytes per second (the

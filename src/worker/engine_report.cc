@@ -52,7 +52,9 @@ std::string Engine::StallReport(const std::string& reason) {
 
 Status Engine::Wait(HandleId h, double timeout_s) {
   Status st = handles_->Wait(h, timeout_s < 0 ? config_.op_timeout_s : timeout_s);
-  if (st.code() != StatusCode::kDeadlineExceeded) return st;
+  // The job's deadline only: a caller's own timeout (synchronize(h, 0.1) in a polling loop) is no
+  // stall, and a report per poll would cost a snapshot and a file each time.
+  if (st.code() != StatusCode::kDeadlineExceeded || timeout_s >= 0) return st;
   const std::string path = StallReport(st.message());
   if (path.empty()) return st;
   return DeadlineExceeded(fmt::format("{}; what this worker held then: {}", st.message(), path));

@@ -25,7 +25,8 @@ FLAG_CHECKSUM = int(re.search(r'kFlagChecksum\s*=\s*(0x[0-9a-fA-F]+|\d+)', _FRAM
 MAGIC = 0x31535042
 OP = dict(Register=1, RegisterReply=2, Barrier=3, BarrierRelease=4, Heartbeat=5, NodeFailed=6,
           Finish=7, Terminate=8, JobError=9, Hello=16, InitKey=17, PushPull=18, PushPullReply=19,
-          Error=20, LocalReady=21, LocalDone=22, AuthChallenge=23, AuthResponse=24, Leave=32)
+          Error=20, LocalReady=21, LocalDone=22, AuthChallenge=23, AuthResponse=24, Leave=32,
+          TopRequest=34, TopReply=35)
 # dtype code -> (element size, struct format of one element)
 DTYPE = {0: (4, 'f'), 1: (8, 'd'), 2: (2, 'e'), 3: (1, 'B'), 4: (4, 'i'), 5: (1, 'b'), 6: (8, 'q'),
          7: (2, 'H')}
@@ -215,7 +216,14 @@ def frame_seeds():
     s['frame_pushpull_checksum'] = frame('PushPull', values(0, 4, 2), checksum=True, sender=1, rnd=3, key=7, req=5)
     s['frame_auth_challenge'] = frame('AuthChallenge', bytes(range(32)))
     s['frame_auth_response_checksum'] = frame('AuthResponse', bytes(range(32, 64)), checksum=True)
-    for op in ('BarrierRelease', 'Heartbeat', 'Finish', 'PushPullReply', 'LocalDone'):
+    s['frame_heartbeat_summary'] = frame('Heartbeat', json.dumps(
+        {'role': 'worker', 't': 1.5, 'c': {'pushed_bytes_total': {'0': 4096}}, 'h': {}, 'w': {}}).encode())
+    s['frame_top_reply'] = frame('TopReply', json.dumps(
+        {'job': '00ff00ff00ff00ff', 'num_workers': 1, 'num_servers': 1, 'started': True, 'uptime_s': 2.0,
+         'placement': '', 'nodes': [{'node': {'role': 'worker', 'rank': 0, 'host': '10.0.0.1', 'port': 0, 'pid': 7},
+                                     'heard_s': 0.5, 'finished': False, 'away': False, 'summary': '{}',
+                                     'previous': ''}]}).encode(), req=3)
+    for op in ('BarrierRelease', 'Heartbeat', 'Finish', 'PushPullReply', 'LocalDone', 'TopRequest'):
         s['header_' + op] = header(op, key=1, req=2, rnd=3, sender=4)
     return s
 

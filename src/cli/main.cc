@@ -3,6 +3,7 @@
 //   byteps info                 print the effective configuration, and the partition size and
 //                               credit this job's running workers on this host chose, with why
 //   byteps bench [...]          push-pull sweep as a worker of the job (see bench_cmd.h)
+//   byteps top [...]            a live view of a running job, from its scheduler (see top_cmd.h)
 //   (`byteps plan` is the Python wrapper's own: python/byteps/sim/plan.py)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "cli/bench_cmd.h"
+#include "cli/top_cmd.h"
 #include "cluster/role_main.h"
 #include "common/logging.h"
 #include "config/config.h"
@@ -114,6 +116,15 @@ int main(int argc, char** argv) {
   bench->add_option("--fake-copy-gbps", bo.fake_copy_gbps, "--device fake: its copies' bandwidth in GB/s");
   bench->add_flag("--raw-tcp", bo.raw_tcp, "measure a plain loopback TCP stream (no job needed)");
   bench->add_option("--raw-seconds", bo.raw_seconds, "duration of --raw-tcp");
+  auto* top = app.add_subcommand("top", "a live view of a running job: per-worker throughput, per-server load, the "
+                                       "slowest tensor and the stragglers (docs/top.md)");
+  byteps::cli::TopOptions to;
+  top->add_option("--scheduler", to.scheduler, "the job's scheduler, HOST:PORT (default: DMLC_PS_ROOT_URI:DMLC_PS_ROOT_PORT)");
+  top->add_flag("--json", to.json, "print one snapshot as JSON and exit");
+  top->add_option("--interval", to.interval_s, "seconds between redraws")->check(CLI::Range(0.1, 3600.0));
+  top->add_option("--count", to.count, "redraws before exiting (0: until interrupted or the job ends)")
+      ->check(CLI::NonNegativeNumber);
+  top->add_option("--timeout", to.timeout_s, "seconds to wait for the scheduler's answer")->check(CLI::Range(0.1, 3600.0));
   CLI11_PARSE(app, argc, argv);
 
   if (*sched) {
@@ -152,6 +163,12 @@ int main(int argc, char** argv) {
     for (const std::string& w : c->warnings) fmt::print("warning: {}\n", w);
     PrintChosenSettings(c.value());
     return 0;
+  }
+  if (*top) {
+    auto c = byteps::config::Load(byteps::config::ProcessEnvironment());
+    if (!c.ok()) return Fail(c.status(), "top");
+    byteps::log::SetLevel(c->log_level);
+    return byteps::cli::RunTop(c.value(), to);
   }
   if (*bench) {
     if (!ParseSizeFlag("--min-bytes", min_b, &bo.min_bytes) || !ParseSizeFlag("--max-bytes", max_b, &bo.max_bytes) ||

@@ -43,6 +43,9 @@ struct ClientOptions {
   double reconnect_timeout_s = 5;   // a dropped scheduler connection is re-established within this
   const Clock* clock = nullptr;     // heartbeat clock; nullptr: Clock::Steady(); else borrowed,
                                     // outlives the client
+  // What each heartbeat carries for `byteps top` (node_summary.h), called on the heartbeat thread;
+  // empty: heartbeats carry nothing.
+  std::function<std::string()> summary;
 };
 
 class ClusterClient : public transport::Handler {

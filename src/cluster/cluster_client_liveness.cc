@@ -164,7 +164,7 @@ void ClusterClient::HeartbeatLoop() {
     }
     Header h;
     h.opcode = Opcode::kHeartbeat;
-    (void)conn->SendCopy(h, "");
+    (void)conn->SendCopy(h, options_.summary ? options_.summary() : std::string());
     lock.lock();
   }
 }

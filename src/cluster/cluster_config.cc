@@ -5,6 +5,7 @@
 #include "common/logging.h"
 
 #include "cluster/host_address.h"
+#include "cluster/node_summary.h"
 #include "transport/transport_config.h"
 
 namespace byteps::cluster {
@@ -25,6 +26,7 @@ ClientOptions ClientOptionsFor(const config::Config& c, const std::string& role,
   co.heartbeat_timeout_s = c.heartbeat_timeout_s;
   co.op_timeout_s = c.op_timeout_s;
   co.reconnect_timeout_s = c.reconnect_timeout_s;
+  co.summary = [role] { return NodeSummary(metrics::Global(), role); };
   return co;
 }
 

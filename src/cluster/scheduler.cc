@@ -72,6 +72,7 @@ StatusOr<transport::RecvBuffer> Scheduler::OnHeader(transport::Connection& c, co
     case Opcode::kHeartbeat:
     case Opcode::kFinish:
     case Opcode::kNameRequest:
+    case Opcode::kTopRequest:
       return transport::RecvBuffer{};
     default:
       return ProtocolError(fmt::format("{} sent {} to the scheduler, which only takes control frames",
@@ -80,14 +81,17 @@ StatusOr<transport::RecvBuffer> Scheduler::OnHeader(transport::Connection& c, co
 }
 
 void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::RecvBuffer b) {
-  if (h.opcode == Opcode::kNameRequest) {  // any connection: a host's non-roots ask without registering
+  // Any connection: a host's non-roots ask for names without registering, and so does `byteps top`.
+  if (h.opcode == Opcode::kNameRequest || h.opcode == Opcode::kTopRequest) {
     std::string reply;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reply = HandleNameRequestLocked(std::string(reinterpret_cast<const char*>(b.data), b.size));
+      reply = h.opcode == Opcode::kTopRequest
+                  ? TopReplyLocked()
+                  : HandleNameRequestLocked(std::string(reinterpret_cast<const char*>(b.data), b.size));
     }
     Header r;
-    r.opcode = Opcode::kNameReply;
+    r.opcode = h.opcode == Opcode::kTopRequest ? Opcode::kTopReply : Opcode::kNameReply;
     r.request_id = h.request_id;
     (void)c.SendCopy(r, reply);
     return;
@@ -107,6 +111,10 @@ void Scheduler::OnFrame(transport::Connection& c, const Header& h, transport::Re
       Node& node = it->second;
       node.last_seen = clock_.Now();
       if (h.opcode == Opcode::kHeartbeat) {
+        if (!payload.empty()) {  // a summary for `byteps top`
+          node.previous = std::move(node.summary);
+          node.summary = std::move(payload);
+        }
         Header echo;  // lets the node notice a scheduler it can no longer hear (link down)
         echo.opcode = Opcode::kHeartbeat;
         out.push_back({node.conn, {echo, ""}});

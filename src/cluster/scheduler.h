@@ -94,11 +94,15 @@ class Scheduler : public transport::Handler {
     // real time, for the node's clock offset).
     std::chrono::steady_clock::time_point registered_at;
     bool finished = false;
+    // Its last two heartbeats' summaries (node_summary.h) for `byteps top`; "" for none yet.
+    std::string summary, previous;
   };
   using Outbox = std::vector<std::pair<std::shared_ptr<transport::Connection>, std::pair<protocol::Header, std::string>>>;
 
   Scheduler(const SchedulerOptions& options, std::unique_ptr<transport::Transport> transport);
   void HandleRegister(transport::Connection& c, const std::string& payload, Outbox* out);
+  // `byteps top`'s answer (scheduler_top.cc): every node and its last summaries, encoded (under mu_).
+  std::string TopReplyLocked() const;
   // The name service's answer to a NameRequest (under mu_).
   std::string HandleNameRequestLocked(const std::string& payload);
   // A registered node whose connection dropped reconnects (RegisterRequest.rejoin).

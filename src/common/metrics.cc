@@ -52,29 +52,85 @@ Registry::Family& Registry::FamilyLocked(const std::string& name, const std::str
   return it->second;
 }
 
+template <typename T, typename Make>
+T* Registry::AddLocked(const std::string& name, const std::string& help, Type type, const std::string& labels,
+                       Make make) {
+  Family& f = FamilyLocked(name, help, type);
+  auto [it, fresh] = f.by_labels.try_emplace(labels, nullptr);
+  if (fresh) it->second = make();
+  return static_cast<T*>(it->second);
+}
+
 Counter* Registry::AddCounter(const std::string& name, const std::string& help, const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  Family& f = FamilyLocked(name, help, Type::kCounter);
-  auto [it, fresh] = f.by_labels.try_emplace(labels, nullptr);
-  if (fresh) it->second = &counters_.emplace_back();
-  return static_cast<Counter*>(it->second);
+  return AddLocked<Counter>(name, help, Type::kCounter, labels, [&] { return &counters_.emplace_back(); });
 }
 
 Gauge* Registry::AddGauge(const std::string& name, const std::string& help, const std::string& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  Family& f = FamilyLocked(name, help, Type::kGauge);
-  auto [it, fresh] = f.by_labels.try_emplace(labels, nullptr);
-  if (fresh) it->second = &gauges_.emplace_back();
-  return static_cast<Gauge*>(it->second);
+  return AddLocked<Gauge>(name, help, Type::kGauge, labels, [&] { return &gauges_.emplace_back(); });
 }
 
 Histogram* Registry::AddHistogram(const std::string& name, const std::string& help, const std::string& labels,
                                   const std::vector<double>& bounds) {
   std::lock_guard<std::mutex> lock(mu_);
-  Family& f = FamilyLocked(name, help, Type::kHistogram);
-  auto [it, fresh] = f.by_labels.try_emplace(labels, nullptr);
-  if (fresh) it->second = histograms_.emplace_back(std::make_unique<Histogram>(bounds)).get();
-  return static_cast<Histogram*>(it->second);
+  return AddLocked<Histogram>(name, help, Type::kHistogram, labels,
+                              [&] { return histograms_.emplace_back(std::make_unique<Histogram>(bounds)).get(); });
+}
+
+WindowMax* Registry::AddWindowMax(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& w = windows_[name];
+  if (!w) w = std::make_unique<WindowMax>();
+  return w.get();
+}
+
+std::vector<Registry::Reading> Registry::Read(const std::string& prefix) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Reading> out;
+  for (auto it = families_.lower_bound(prefix); it != families_.end() && it->first.starts_with(prefix); ++it) {
+    const Family& f = it->second;
+    for (const auto& [labels, p] : f.by_labels) {
+      Reading r{it->first, labels};
+      if (f.type == Type::kCounter) {
+        r.value = static_cast<double>(static_cast<const Counter*>(p)->value());
+      } else if (f.type == Type::kGauge) {
+        r.value = static_cast<const Gauge*>(p)->value();
+      } else {
+        const auto* h = static_cast<const Histogram*>(p);
+        r.histogram = true;
+        r.value = h->sum();
+        for (uint64_t c : h->counts()) r.count += c;
+      }
+      out.push_back(std::move(r));
+    }
+  }
+  return out;
+}
+
+std::map<std::string, WindowMax::Taken> Registry::TakeWindows(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, WindowMax::Taken> out;
+  for (auto it = windows_.lower_bound(prefix); it != windows_.end() && it->first.starts_with(prefix); ++it) {
+    out[it->first] = it->second->Take();
+  }
+  return out;
+}
+
+void WindowMax::Offer(double v, const std::string& what) {
+  if (v <= max_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (v <= taken_.value) return;
+  taken_ = {v, what};
+  max_.store(v, std::memory_order_relaxed);
+}
+
+WindowMax::Taken WindowMax::Take() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Taken t = std::move(taken_);
+  taken_ = {};
+  max_.store(0, std::memory_order_relaxed);
+  return t;
 }
 
 namespace {

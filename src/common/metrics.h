@@ -57,6 +57,26 @@ class Histogram {
   std::atomic<double> sum_{0};
 };
 
+// The largest value offered since the last Take, with what it belongs to (e.g. the slowest
+// push_pull of a heartbeat interval and its tensor): not a Prometheus type, it feeds the node
+// summary `byteps top` shows (cluster/node_summary.h). Offer costs a relaxed load unless the value
+// is a new maximum (then a short lock).
+class WindowMax {
+ public:
+  struct Taken {
+    double value = 0;  // 0 and "": nothing offered in the window
+    std::string what;
+  };
+  void Offer(double v, const std::string& what);
+  // The window's maximum; starts a new window.
+  Taken Take();
+
+ private:
+  std::atomic<double> max_{0};
+  std::mutex mu_;
+  Taken taken_;  // guarded by mu_
+};
+
 // Bucket bounds for latencies: 50 µs to about 100 s, doubling.
 std::vector<double> LatencyBounds();
 
@@ -66,11 +86,27 @@ class Registry {
   Gauge* AddGauge(const std::string& name, const std::string& help, const std::string& labels = "");
   Histogram* AddHistogram(const std::string& name, const std::string& help, const std::string& labels,
                           const std::vector<double>& bounds);
+  WindowMax* AddWindowMax(const std::string& name);
   // Every family in name order, its HELP and TYPE lines, then its samples in label order.
   std::string Expose() const;
 
+  // The current values of the families whose name starts with `prefix`, for a node's summary.
+  struct Reading {
+    std::string family;
+    std::string labels;      // as registered (`server="1"`), or ""
+    double value = 0;        // a counter's or gauge's value; a histogram's sum
+    uint64_t count = 0;      // a histogram's count
+    bool histogram = false;
+  };
+  std::vector<Reading> Read(const std::string& prefix) const;
+  // Takes (and restarts) the windows whose name starts with `prefix`, by name.
+  std::map<std::string, WindowMax::Taken> TakeWindows(const std::string& prefix);
+
  private:
   enum class Type { kCounter, kGauge, kHistogram };
+  // The metric of `name` and `labels` (made by `make` the first time), under mu_.
+  template <typename T, typename Make>
+  T* AddLocked(const std::string& name, const std::string& help, Type type, const std::string& labels, Make make);
   struct Family {
     Type type;
     std::string help;
@@ -83,6 +119,7 @@ class Registry {
   std::deque<Counter> counters_;
   std::deque<Gauge> gauges_;
   std::deque<std::unique_ptr<Histogram>> histograms_;
+  std::map<std::string, std::unique_ptr<WindowMax>> windows_;
 };
 
 // The process's registry (never destroyed: components may update it until the process ends).

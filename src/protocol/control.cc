@@ -112,6 +112,24 @@ class Fields {
     status_ = ReadNode(*it, out);
     return *this;
   }
+  // An array of objects, each read by `read(Fields&, T&)`.
+  template <typename T, typename Read>
+  Fields& Objects(const char* field, std::vector<T>* out, Read read) {
+    const json* v = Find(field, &json::is_array, "missing or not an array");
+    if (v == nullptr) return *this;
+    for (const auto& e : *v) {
+      if (!e.is_object()) return Error(fmt::format("field '{}' has an entry that is not an object", field));
+      T m;
+      Fields f(e, what_);
+      read(f, m);
+      if (!f.ok()) {
+        status_ = f.status();
+        break;
+      }
+      out->push_back(std::move(m));
+    }
+    return *this;
+  }
   Fields& Nodes(const char* field, std::vector<NodeInfo>* out) {
     if (!ok()) return *this;
     auto it = j_.find(field);
@@ -290,6 +308,27 @@ StatusOr<NameReply> DecodeNameReply(const std::string& payload) {
         .Partitions("partitions", &p.partitions)
         .OptionalDoubles("shares", &m.shares)         // absent: not a probe's answer
         .OptionalString("placement", &m.placement);
+  });
+}
+
+std::string Encode(const TopReply& m) {
+  json nodes = json::array();
+  for (const TopNode& n : m.nodes) {
+    nodes.push_back(json{{"node", ToJson(n.node)}, {"heard_s", n.heard_s}, {"finished", n.finished}, {"away", n.away},
+                         {"summary", n.summary}, {"previous", n.previous}});
+  }
+  return Dump(json{{"job", m.job}, {"num_workers", m.num_workers}, {"num_servers", m.num_servers},
+                   {"started", m.started}, {"uptime_s", m.uptime_s}, {"placement", m.placement}, {"nodes", nodes}});
+}
+
+StatusOr<TopReply> DecodeTopReply(const std::string& payload) {
+  return Decode<TopReply>(payload, "TopReply", [](Fields& f, TopReply& m) {
+    f.String("job", &m.job).Int("num_workers", &m.num_workers).Int("num_servers", &m.num_servers)
+        .Bool("started", &m.started).OptionalDouble("uptime_s", &m.uptime_s).String("placement", &m.placement)
+        .Objects("nodes", &m.nodes, [](Fields& g, TopNode& n) {
+          g.Node("node", &n.node).OptionalDouble("heard_s", &n.heard_s).Bool("finished", &n.finished)
+              .Bool("away", &n.away).String("summary", &n.summary).String("previous", &n.previous);
+        });
   });
 }
 

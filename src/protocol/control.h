@@ -163,6 +163,27 @@ struct NameReply {
   std::string placement;
 };
 
+// `byteps top`: kTopRequest (no payload) asks the scheduler; kTopReply answers with every node of
+// the job and what its last two heartbeats said (their summaries: cluster/node_summary.h).
+struct TopNode {
+  NodeInfo node;           // rank -1 before the rendezvous
+  double heard_s = 0;      // seconds since the scheduler last heard from it
+  bool finished = false;   // a worker that sent Finish
+  bool away = false;       // its connection dropped; it may still rejoin
+  std::string summary;     // its last heartbeat's summary (JSON text), "" for none yet
+  std::string previous;    // the one before it (rates are the difference), "" for none
+};
+
+struct TopReply {
+  std::string job;  // the job's id
+  int num_workers = 0;
+  int num_servers = 0;
+  bool started = false;  // the rendezvous is done
+  double uptime_s = 0;   // since the scheduler started
+  std::string placement;  // the servers' placement as the scheduler accounts for it
+  std::vector<TopNode> nodes;  // workers, then servers, by rank (before the rendezvous: as registered)
+};
+
 // Parses "k1=v1;k2=v2" (empty items skipped; an item without '=' is a key with value ""), in order.
 std::vector<std::pair<std::string, std::string>> ParseAttrs(const std::string& attrs);
 
@@ -199,5 +220,7 @@ std::string Encode(const NameRequest& m);
 std::string Encode(const NameReply& m);
 StatusOr<NameRequest> DecodeNameRequest(const std::string& payload);
 StatusOr<NameReply> DecodeNameReply(const std::string& payload);
+std::string Encode(const TopReply& m);
+StatusOr<TopReply> DecodeTopReply(const std::string& payload);
 
 }  // namespace byteps::protocol

@@ -28,7 +28,7 @@ uint16_t HeaderCrc(const uint8_t* header) {
 }  // namespace
 
 bool IsKnownOpcode(uint8_t op) {
-  return (op >= 1 && op <= 11) || (op >= 16 && op <= 33);
+  return (op >= 1 && op <= 11) || (op >= 16 && op <= 35);
 }
 
 Status WireVersionMismatch(uint8_t peer_version) {
@@ -72,6 +72,8 @@ const char* OpcodeName(Opcode op) {
     case Opcode::kUcxReady: return "UcxReady";
     case Opcode::kLeave: return "Leave";
     case Opcode::kRelease: return "Release";
+    case Opcode::kTopRequest: return "TopRequest";
+    case Opcode::kTopReply: return "TopReply";
   }
   return "Unknown";
 }

@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 13;
+inline constexpr uint8_t kWireVersion = 14;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -56,6 +56,9 @@ enum class Opcode : uint8_t {
   kLeave = 32,          // worker -> server: this worker has shut down and pushes nothing more (sender = its rank)
   kRelease = 33,        // worker -> server: this worker is done with `key` after round `round` (its last push);
                         // the server frees the key once every worker released it or left
+  // `byteps top` (any connection to the scheduler, registered or not; request_id is echoed).
+  kTopRequest = 34,     // -> scheduler: what every node's last heartbeat summary said (no payload)
+  kTopReply = 35,       // scheduler ->: the job's nodes with their summaries (JSON TopReply)
 };
 
 // Header flag bit of kError (bits 0..14 belong to the opcode): the request can never complete,

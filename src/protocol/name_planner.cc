@@ -97,7 +97,7 @@ StatusOr<NamePlan> NamePlanner::Plan(const NameRequest& r) {
   if (loads.empty()) loads.assign(num_servers_, 0);
   std::vector<uint64_t> tentative = loads;  // applied only when the plan is valid
   BYTEPS_ASSIGN_OR_RETURN(NamePlan p, MakePlan(r, index, &tentative));
-  loads = std::move(tentative);
+  if (!r.name.starts_with(kUncountedPrefix)) loads = std::move(tentative);
   return plans_.emplace(std::move(key), std::move(p)).first->second;
 }
 

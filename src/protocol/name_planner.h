@@ -15,6 +15,9 @@
 //    (equal shares unless given: mixed_split.h's for a mixed placement; ties: lowest rank), in the
 //    order the requests arrive. The first plan of a (name, incarnation, generation) is everyone's: later
 //    requests get it back whatever partition size they carry.
+//  - the start-up tuning's probe tensors (names starting with kUncountedPrefix) are placed like the
+//    others but leave the loads as they were: one-off pushes must not skew where the model's
+//    tensors go (with them counted, a small model's tensors could all land on one server);
 //  - a request whose size or dtype differs from that first plan (the workers disagree) gets a plan
 //    of its own size under the same keys, placed without touching the loads (PlaceKey): the servers
 //    then see both declarations and fail the tensor on every worker alike, naming both.
@@ -34,6 +37,10 @@
 #include "protocol/key_layout.h"
 
 namespace byteps::protocol {
+
+// Tensors whose bytes the planner does not count (the worker's start-up and online tuning
+// probes and agreements, worker/tuning/startup_agreement.h).
+inline constexpr const char* kUncountedPrefix = "__byteps.tune.";
 
 class NamePlanner {
  public:

@@ -29,7 +29,7 @@ constexpr Opcode kAllOpcodes[] = {
     Opcode::kAuthChallenge, Opcode::kAuthResponse, Opcode::kLocalGroup, Opcode::kLocalGo,
     Opcode::kShmHello, Opcode::kShmReady, Opcode::kShmBell,
     Opcode::kUcxHello, Opcode::kUcxReady, Opcode::kLeave,
-    Opcode::kNameRequest, Opcode::kNameReply, Opcode::kRelease};
+    Opcode::kNameRequest, Opcode::kNameReply, Opcode::kRelease, Opcode::kTopRequest, Opcode::kTopReply};
 // Bytes EncodeHeader always writes as zero and DecodeHeader ignores (frame.cc: kOffReserved, kOffPad).
 constexpr size_t kIgnoredBytes[] = {7, 18, 19};
 
@@ -147,7 +147,7 @@ TEST(FrameTest, RejectionsNameTheField) {
   bytes[0] = 'X';
   EXPECT_FALSE(IsWireVersionMismatch(bytes.data(), kHeaderSize));  // not a byteps header at all
 
-  for (int op : {0, 12, 15, 34, 200, 255}) {
+  for (int op : {0, 12, 15, 36, 200, 255}) {
     bytes = Encode(Header{});
     bytes[5] = static_cast<uint8_t>(op);
     ExpectProtocolError(DecodeHeader(bytes.data(), kHeaderSize, kNoLimit).status(),
@@ -170,7 +170,7 @@ TEST(FrameTest, KnownOpcodesAndNames) {
                                "InitKey",  "PushPull",      "PushPullReply", "Error", "LocalReady", "LocalDone",
                                "AuthChallenge", "AuthResponse", "LocalGroup", "LocalGo",
                                "ShmHello", "ShmReady", "ShmBell", "UcxHello", "UcxReady", "Leave",
-                               "NameRequest", "NameReply", "Release"};
+                               "NameRequest", "NameReply", "Release", "TopRequest", "TopReply"};
   for (size_t i = 0; i < std::size(kAllOpcodes); ++i) {
     EXPECT_EQ(OpcodeName(kAllOpcodes[i]), names[i]);
     EXPECT_TRUE(IsKnownOpcode(static_cast<uint8_t>(kAllOpcodes[i])));

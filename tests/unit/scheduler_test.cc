@@ -231,6 +231,41 @@ TEST_F(SchedulerTest, HeartbeatsAreEchoed) {
   Expect(nodes[0], Opcode::kHeartbeat);
 }
 
+// `byteps top`: a heartbeat's summary is kept (with the one before it), and a TopRequest on any
+// connection, registered or not, is answered with every node, workers first, by rank.
+TEST_F(SchedulerTest, TopRequestsAreAnsweredWithEveryNodesLastTwoSummaries) {
+  Start(2, 1);
+  auto nodes = StartJob();  // w0, w1, s0
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kHeartbeat), R"({"t":1})").ok());
+  ASSERT_TRUE(nodes[1]->Deliver(Hdr(Opcode::kHeartbeat), R"({"t":2})").ok());
+  ASSERT_TRUE(nodes[2]->Deliver(Hdr(Opcode::kHeartbeat), R"({"t":5})").ok());
+  ASSERT_TRUE(nodes[0]->Deliver(Hdr(Opcode::kHeartbeat)).ok());  // an empty one keeps nothing
+  clock_.Advance(std::chrono::seconds(3));
+  Conn top = transport_->Accept("top");
+  Header ask = Hdr(Opcode::kTopRequest);
+  ask.request_id = 42;
+  ASSERT_TRUE(top->Deliver(ask).ok());
+  SentFrame f = Expect(top, Opcode::kTopReply);
+  EXPECT_EQ(f.header.request_id, 42u);
+  auto r = protocol::DecodeTopReply(f.payload);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->job, scheduler_->job_id());
+  EXPECT_TRUE(r->started);
+  EXPECT_EQ(r->num_workers, 2);
+  ASSERT_EQ(r->nodes.size(), 3u);
+  EXPECT_EQ(r->nodes[0].node.role, "worker");
+  EXPECT_EQ(r->nodes[0].node.rank, 0);
+  EXPECT_EQ(r->nodes[0].summary, "");
+  EXPECT_EQ(r->nodes[1].node.rank, 1);
+  EXPECT_EQ(r->nodes[1].summary, R"({"t":2})");
+  EXPECT_EQ(r->nodes[1].previous, R"({"t":1})");
+  EXPECT_NEAR(r->nodes[1].heard_s, 3, 1e-6);
+  EXPECT_EQ(r->nodes[2].node.role, "server");
+  EXPECT_EQ(r->nodes[2].summary, R"({"t":5})");
+  EXPECT_EQ(r->nodes[2].previous, "");
+  EXPECT_FALSE(top->closed());  // asking registers nothing and closes nothing
+}
+
 TEST_F(SchedulerTest, BarriersReleaseWhenTheirMembersAreIn) {
   Start(2, 1);
   auto nodes = StartJob();  // w0, w1, s0

@@ -168,6 +168,25 @@ TEST(NamePlannerTest, ByteBalancedAndTheSameWhateverTheOrderOfOtherNames) {
   }
 }
 
+// The start-up tuning's probes are placed but not counted: after a probe that left one server 4 KiB
+// ahead, a model of two equal tensors still gets one tensor per server.
+TEST(NamePlannerTest, TheTuningsProbesLeaveTheLoadsAsTheyWere) {
+  protocol::NamePlanner p(2);
+  auto probe = p.Plan(Sized(std::string(protocol::kUncountedPrefix) + "p4096", 4096, 0, 0, 4096));
+  ASSERT_TRUE(probe.ok());
+  EXPECT_EQ(probe->partitions[0].server, 0);
+  auto a = p.Plan(Sized("a", 1024));
+  auto b = p.Plan(Sized("b", 1024));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->partitions[0].server, 0);
+  EXPECT_EQ(b->partitions[0].server, 1);
+  // A counted tensor of the same size does move the next ones.
+  protocol::NamePlanner q(2);
+  ASSERT_TRUE(q.Plan(Sized("big", 4096, 0, 0, 4096)).ok());
+  EXPECT_EQ(q.Plan(Sized("a", 1024))->partitions[0].server, 1);
+  EXPECT_EQ(q.Plan(Sized("b", 1024))->partitions[0].server, 1);
+}
+
 TEST(NamePlannerTest, DisagreeingSizeGetsItsOwnPlanUnderTheSameKeys) {
   protocol::NamePlanner p(2);
   auto first = p.Plan(Sized("w", 400));

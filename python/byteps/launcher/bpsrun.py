@@ -32,7 +32,8 @@ rank (``[scheduler] ``, ``[server:1] ``, ``[worker:0] ``).
 
 Environment of the children, lowest precedence first: bpsrun's own environment, ``--env``
 values, then the variables bpsrun sets (these must match what it actually launched).
-``BYTEPS_JOB_SECRET`` is generated only if neither of the first two provides one.
+``BYTEPS_JOB_SECRET`` is generated only if neither of the first two provides one.  While a
+distributed job runs, ``byteps top`` on this machine finds it (:mod:`byteps.launcher.jobfiles`).
 
 Exit status: 0 when every process exited 0; otherwise the code of the first process that
 failed (128+N if it was killed by signal N); 1 when the scheduler/servers did not exit by
@@ -50,7 +51,7 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from . import corebin
+from . import corebin, jobfiles
 from .ports import free_port, metrics_port
 from .supervision import (EXIT_CANNOT_START, EXIT_FAILURE, Child, Console, LaunchError, Waker, spawn,
                           stop_all, supervise)
@@ -234,7 +235,11 @@ def run_job(opts: argparse.Namespace, children: list[Child], waker: Waker, conso
         role_env = {**role_env, **metrics_port(env, i), **trace_dir(env, role_env)}  # one machine: its own each
         children.append(spawn(label, role, argv, {**env, **role_env}, console=console,
                               tag="" if opts.no_prefix else f"[{label}] "))
-    return supervise(children, waker, console, timeout=opts.timeout, services_wait=2 * opts.grace)
+    job_file = jobfiles.write(opts.host, port, env["BYTEPS_JOB_SECRET"]) if distributed else None
+    try:
+        return supervise(children, waker, console, timeout=opts.timeout, services_wait=2 * opts.grace)
+    finally:
+        jobfiles.remove(job_file)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -34,7 +34,9 @@ bool HandleTable::PartDone(Operation& op, size_t part, const Status& status,
   }
   if (--op.remaining > 0) return false;
   if (op.status.ok()) {
-    latency_->Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - op.submitted_at).count());
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - op.submitted_at).count();
+    latency_->Observe(took);
+    slowest_->Offer(took, op.request.name);
   } else {
     metrics::Global()
         .AddCounter("byteps_worker_errors_total", "push_pulls that failed, by error code",

@@ -44,6 +44,8 @@ class HandleTable {
   // From submission to the last partition, of push_pulls that succeeded (metrics::Global()).
   metrics::Histogram* const latency_ = metrics::Global().AddHistogram(
       "byteps_worker_push_pull_seconds", "time from a push_pull's call to its completion", "", metrics::LatencyBounds());
+  // The slowest of them since the last heartbeat, with its tensor (`byteps top`).
+  metrics::WindowMax* const slowest_ = metrics::Global().AddWindowMax("byteps_worker_slowest_push_pull");
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   HandleId next_ = 1;

@@ -37,12 +37,14 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "protocol/name_planner.h"
 #include "worker/tuning/settings_model.h"
 
 namespace byteps::worker::tuning {
 
-// The names of the tuning's own push_pulls start with this (they are not the job's iterations).
-inline constexpr const char* kInternalTuningPrefix = "__byteps.tune.";
+// The names of the tuning's own push_pulls start with this (they are not the job's iterations, and
+// the scheduler's planner does not count their bytes: protocol/name_planner.h).
+inline constexpr const char* kInternalTuningPrefix = protocol::kUncountedPrefix;
 inline constexpr size_t kProbeWarmBytes = 1u << 20;
 inline constexpr size_t kProbeBytes = 4u << 20;
 inline constexpr std::array<size_t, 3> kProbeCandidates = {256u << 10, 1u << 20, 4u << 20};

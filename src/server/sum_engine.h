@@ -36,6 +36,7 @@
 
 #include "common/dtype.h"
 #include "common/metrics.h"
+#include "common/owner_query.h"
 #include "protocol/control.h"
 #include "server/join_board.h"
 #include "server/server_trace.h"
@@ -93,7 +94,7 @@ struct JoinTask {};
 
 // The stall report (kill -USR1): the shard's open rounds, as text (sum_engine_report.cc).
 struct ReportTask {
-  std::shared_ptr<std::promise<std::string>> out;
+  owner_query::Reply<std::string> out;
 };
 
 class SumEngine {

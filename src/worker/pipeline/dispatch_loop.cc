@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/owner_query.h"
+
 namespace byteps::worker::pipeline {
 
 DispatchLoop::DispatchLoop(const Dispatcher::Options& options, Dispatcher::Finished on_finished)
@@ -65,19 +67,21 @@ void DispatchLoop::SetCredit(size_t bytes) {
 }
 
 StatusOr<InFlight> DispatchLoop::Snapshot(double timeout_s) {
-  auto slot = std::make_shared<std::promise<InFlight>>();
-  std::future<InFlight> answer = slot->get_future();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || !thread_.joinable()) return Unavailable("the dispatcher thread is not running");
-    snapshots_.push_back(std::move(slot));
-  }
-  cv_.notify_one();
-  if (answer.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
-    return Unavailable(fmt::format("the dispatcher thread did not answer within {:g} s (it is stuck in a stage)",
-                                   timeout_s));
-  }
-  return answer.get();
+  return owner_query::AskOwner<InFlight>(
+      timeout_s,
+      [this](owner_query::Reply<InFlight> slot) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_ || !thread_.joinable()) return Unavailable("the dispatcher thread is not running");
+          snapshots_.push_back(std::move(slot));
+        }
+        cv_.notify_one();
+        return Status::Ok();
+      },
+      [timeout_s] {
+        return Unavailable(fmt::format("the dispatcher thread did not answer within {:g} s (it is stuck in a stage)",
+                                       timeout_s));
+      });
 }
 
 InFlight DispatchLoop::TakeSnapshot() const {
@@ -127,7 +131,7 @@ void DispatchLoop::Loop() {
   std::vector<std::pair<PartitionTask*, Status>> completed;
   std::vector<Status> failures;
   std::optional<size_t> credit;
-  std::vector<std::shared_ptr<std::promise<InFlight>>> snapshots;
+  std::vector<owner_query::Reply<InFlight>> snapshots;
   std::optional<Dispatcher::Clock::time_point> wake;
   for (bool last = false; !last;) {
     {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/owner_query.h"
 #include "worker/pipeline/dispatcher.h"
 #include "worker/pipeline/in_flight.h"
 #include "worker/pipeline/stage.h"
@@ -74,7 +75,7 @@ class DispatchLoop : public StageSink {
   std::vector<std::pair<PartitionTask*, Status>> completed_;     // guarded by mu_
   std::vector<Status> failures_;                                 // guarded by mu_
   std::optional<size_t> credit_;                                 // guarded by mu_
-  std::vector<std::shared_ptr<std::promise<InFlight>>> snapshots_;  // guarded by mu_
+  std::vector<owner_query::Reply<InFlight>> snapshots_;           // guarded by mu_
   bool stop_ = false;                                            // guarded by mu_
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // set before the thread runs anything

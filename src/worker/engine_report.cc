@@ -40,7 +40,7 @@ Status Engine::StartObservers() {
 void Engine::Observe(pipeline::DispatchLoop& loop) {
   if (!recorder_) return;
   recorder_->SetRank(rank_);
-  loop.SetObserver(recorder_.get());
+  loop.AddObserver(recorder_.get());
 }
 
 void Engine::StartReports() {

@@ -11,9 +11,17 @@ namespace byteps::worker::pipeline {
 
 DispatchLoop::DispatchLoop(const Dispatcher::Options& options, Dispatcher::Finished on_finished)
     : on_finished_(std::move(on_finished)),
-      core_(options, [this](PartitionTask* t, const Status& st) { Finished(t, st); }) {}
+      core_(options, [this](PartitionTask* t, const Status& st) { Finished(t, st); }) {
+  core_.SetObserver(&stage_metrics_);
+  observers_.Add(&stage_metrics_);
+}
 
 DispatchLoop::~DispatchLoop() { Stop(); }
+
+void DispatchLoop::AddObserver(Observer* observer) {
+  observers_.Add(observer);
+  core_.SetObserver(&observers_);
+}
 
 void DispatchLoop::Start() {
   std::lock_guard<std::mutex> lock(mu_);  // thread_id_ is set before the thread reads anything
@@ -120,7 +128,7 @@ void DispatchLoop::Finished(PartitionTask* task, const Status& status) {
   --tasks_live_;
   auto it = live_.find(task->op);
   if (it != live_.end() && --it->second.first == 0) {
-    if (observer_) observer_->OperationFinished(*task->op);
+    core_.observer()->OperationFinished(*task->op);
     live_.erase(it);  // the last reference may go here
   }
 }

@@ -67,8 +67,8 @@ std::string Engine::StallReport(const std::string& reason) {
   }
   const std::string text =
       diagnostics::FormatStallReport(in_flight, fmt::format("worker {} (rank {})", host_rank_, rank_), reason) + note;
-  auto path = report_file::Write(report_file::Folder(config_.trace_on, config_.trace_dir), fmt::format("worker{}", rank_),
-                                 text);
+  auto path = report_file::Write(report_file::Folder(config_.trace_on, config_.trace_dir, config_.tmp_dir),
+                                 fmt::format("worker{}", rank_), text);
   if (!path.ok()) {
     BYTEPS_LOG(Warning, "{}", path.status().message());
     return "";

@@ -92,6 +92,9 @@ struct Config {
   std::string trace_dir = "./trace";   // BYTEPS_TRACE_DIR: <dir>/<local_rank>/comm.json per worker
   int trace_start_step = 10;           // BYTEPS_TRACE_START_STEP (>= 1): a tensor's first traced round
   int trace_end_step = 20;             // BYTEPS_TRACE_END_STEP (> start): the round tracing stops at
+  // Not a setting of ours: the system's folder for temporary files (TMPDIR, when set and not
+  // empty), where the stall reports go when not tracing (common/report_file.h).
+  std::string tmp_dir = "/tmp";
 
   // Metrics (docs/metrics.md): 0 = no endpoint, no socket, no thread.
   int metrics_port = 0;                // BYTEPS_METRICS_PORT: Prometheus text on http://<node host>:<port>/metrics

@@ -87,7 +87,7 @@ Environment ProcessEnvironment() {
     if (eq == std::string_view::npos) continue;
     const std::string_view name = kv.substr(0, eq);
     if (!IsOurPrefix(name) && !StartsWith(name, "PS_") && name != "CUDA_VISIBLE_DEVICES" &&
-        name != "NVIDIA_VISIBLE_DEVICES" && name != "CUDA_HOME" && name != "NCCL_HOME") {
+        name != "NVIDIA_VISIBLE_DEVICES" && name != "CUDA_HOME" && name != "NCCL_HOME" && name != "TMPDIR") {
       continue;
     }
     env.emplace(std::string(name), std::string(kv.substr(eq + 1)));
@@ -156,6 +156,7 @@ StatusOr<Config> Load(const Environment& env) {
   // The libraries' usual variables, when byteps' own are unset.
   if (const std::string* v = Lookup(env, "CUDA_HOME"); v && c.cuda_home.empty()) c.cuda_home = *v;
   if (const std::string* v = Lookup(env, "NCCL_HOME"); v && c.nccl_home.empty()) c.nccl_home = *v;
+  if (const std::string* v = Lookup(env, "TMPDIR"); v && !v->empty()) c.tmp_dir = *v;
   BYTEPS_RETURN_IF_ERROR(Validate(c));
   return c;
 }

@@ -36,7 +36,7 @@ Status RunServer(const config::Config& c) {
     const std::string text = fmt::format("byteps stall report of server {} (pid {})\nreason: asked for with kill -USR1\n"
                                           "open rounds: key, tensor, round, workers that pushed, workers waited for\n{}",
                                           rank, getpid(), server.OpenRounds(1.0));
-    auto path = report_file::Write(report_file::Folder(c.trace_on, c.trace_dir), fmt::format("server{}", rank), text);
+    auto path = report_file::Write(report_file::Folder(c.trace_on, c.trace_dir, c.tmp_dir), fmt::format("server{}", rank), text);
     if (path.ok()) BYTEPS_LOG(Warning, "stall report (kill -USR1) written to {}", path.value());
     else BYTEPS_LOG(Warning, "{}", path.status().message());
   });

@@ -10,7 +10,6 @@
 
 #include "common/adasum.h"
 #include "common/logging.h"
-#include "common/metrics.h"
 #include "common/reducer.h"
 #include "protocol/error_frame.h"
 
@@ -33,19 +32,7 @@ SumEngine::SumEngine(int index, int num_workers, JoinBoard* board, TraceBuffer* 
       board_(board ? board : own_board_.get()),
       trace_(trace) {
   if (own_board_) own_board_->set_notify([this] { Post(JoinTask{}); });
-  metrics::Registry& m = metrics::Global();
-  for (int w = 0; w < num_workers; ++w) {
-    const std::string label = metrics::Label("worker", std::to_string(w));
-    by_worker_.push_back(
-        {m.AddCounter("byteps_server_pushed_bytes_total", "payload bytes of the pushes taken from each worker", label),
-         m.AddCounter("byteps_server_replied_bytes_total", "payload bytes of the sums sent to each worker", label),
-         m.AddHistogram("byteps_server_arrival_lag_seconds",
-                        "per worker: time from a round's first push to this worker's push of it (a straggler's is "
-                        "large)",
-                        label, metrics::LatencyBounds())});
-  }
-  rounds_ = m.AddCounter("byteps_server_rounds_total", "rounds completed (a key's sum sent to every worker)");
-  summed_bytes_ = m.AddCounter("byteps_server_summed_bytes_total", "bytes of pushes reduced into a round's result");
+  AddMetrics();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -252,7 +239,7 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
   std::shared_ptr<uint8_t> result = ks.result;
   std::vector<iovec> iov;
   if (len > 0) iov.push_back({result.get() + from, static_cast<size_t>(len)});
-  if (w.worker >= 0 && w.worker < num_workers_) by_worker_[w.worker].replied->Add(len);
+  NoteReply(w.worker, len);
   (void)w.conn->Send(h, iov, [result](const Status&) {});
 }
 
@@ -345,14 +332,7 @@ void SumEngine::HandlePush(PushTask& t) {
     return;
   }
   last = t.round;
-  {
-    const auto now = std::chrono::steady_clock::now();
-    if (ks.pushed == 0) ks.first_push_at = now;
-    by_worker_[t.worker].pushed->Add(t.bytes);
-    by_worker_[t.worker].lag->Observe(std::chrono::duration<double>(now - ks.first_push_at).count());
-    summed_bytes_->Add(t.bytes);
-  }
-  if (trace_ != nullptr && trace_->Wants(t.round)) NoteTracedPush(ks, t);
+  NoteArrival(ks, t);
   if (t.joined_share) ks.joined_shares.push_back(t.worker);
   if (concat) {
     // Each worker's part goes to its offset; the parts of one round tile the partition.
@@ -388,7 +368,7 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   }
   ks.completed_round++;
   ks.pushed = 0;
-  rounds_->Add();
+  NoteRoundDone();
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
   ks.round_error = JoinedRoundError(ks, key, absent, ks.joined_shares);
@@ -414,31 +394,10 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   }
   if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
   ks.result = std::move(ks.accum);
-  const bool traced = trace_ != nullptr && ks.trace_round == ks.completed_round && trace_->Wants(ks.completed_round);
-  const int64_t summed_ns = traced ? TraceNowNs() : 0;
+  const int64_t summed_ns = TraceSummed(ks);
   for (const Waiter& w : waiters) ReplySum(ks, key, w);
-  if (traced) {
-    trace_->Add(RoundTrace{key, ks.completed_round, ks.trace_last_worker, ks.trace_first_ns, ks.trace_last_ns,
-                           summed_ns, TraceNowNs()});
-  }
+  NoteRoundReplied(ks, key, summed_ns);
   MaybeFree(key);  // the last round a releaser waited for
-}
-
-void SumEngine::NoteTracedPush(KeyState& ks, const PushTask& t) {
-  // Pushes come off several I/O threads, so the order they reach the shard need not be the order
-  // they arrived in: the earliest and the latest arrival count.
-  const int64_t at = t.arrived_ns != 0 ? t.arrived_ns : TraceNowNs();
-  if (ks.trace_round != t.round) {
-    ks.trace_round = t.round;
-    ks.trace_first_ns = ks.trace_last_ns = at;
-    ks.trace_last_worker = t.worker;
-    return;
-  }
-  ks.trace_first_ns = std::min(ks.trace_first_ns, at);
-  if (at >= ks.trace_last_ns) {
-    ks.trace_last_ns = at;
-    ks.trace_last_worker = t.worker;
-  }
 }
 
 }  // namespace byteps::server

@@ -36,6 +36,7 @@
 
 #include "common/dtype.h"
 #include "common/metrics.h"
+#include "common/owner_query.h"
 #include "protocol/control.h"
 #include "server/join_board.h"
 #include "server/server_trace.h"
@@ -93,7 +94,7 @@ struct JoinTask {};
 
 // The stall report (kill -USR1): the shard's open rounds, as text (sum_engine_report.cc).
 struct ReportTask {
-  std::shared_ptr<std::promise<std::string>> out;
+  owner_query::Reply<std::string> out;
 };
 
 class SumEngine {
@@ -186,8 +187,18 @@ class SumEngine {
   static bool HasAttr(const KeyState& ks, const char* key, const char* value);
   // Completes the current round: the joined absentees' zeros, the result, the waiters' replies.
   void CompleteRound(KeyState& ks, uint64_t key);
+  // sum_engine_observe.cc: the metrics and the trace of the shard's rounds.
+  void AddMetrics();  // the constructor: by_worker_, rounds_, summed_bytes_
+  // A new push `t` of the key's open round was taken (the round's first push starts its lag clock).
+  void NoteArrival(KeyState& ks, const PushTask& t);
   // Tracing: a new push `t` of a traced round arrived (its times go into ks).
   static void NoteTracedPush(KeyState& ks, const PushTask& t);
+  void NoteReply(int worker, uint64_t bytes);  // a reply of `bytes` went to `worker`
+  void NoteRoundDone();                        // a round completed (failed or not)
+  // Tracing: the time the completed round's result was ready, 0 when the round is not traced.
+  int64_t TraceSummed(const KeyState& ks) const;
+  // Tracing: the completed round's replies went out; records it when summed_ns is not 0.
+  void NoteRoundReplied(const KeyState& ks, uint64_t key, int64_t summed_ns);
   // The state of `key`, with its per-worker vectors sized.
   KeyState& StateOf(uint64_t key);
   // Frees `key` when every worker released it (or left) and its rounds are complete; true if it did.

@@ -2,20 +2,22 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 
+#include "common/owner_query.h"
 #include "server/sum_engine.h"
 
 namespace byteps::server {
 
 StatusOr<std::string> SumEngine::OpenRounds(double timeout_s) {
-  auto out = std::make_shared<std::promise<std::string>>();
-  std::future<std::string> answer = out->get_future();
-  Enqueue(ReportTask{std::move(out)});
-  if (answer.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
-    return Unavailable(fmt::format("summation thread {} did not answer within {:g} s", index_, timeout_s));
-  }
-  return answer.get();
+  return owner_query::AskOwner<std::string>(
+      timeout_s,
+      [this](owner_query::Reply<std::string> out) {
+        Enqueue(ReportTask{std::move(out)});
+        return Status::Ok();
+      },
+      [this, timeout_s] {
+        return Unavailable(fmt::format("summation thread {} did not answer within {:g} s", index_, timeout_s));
+      });
 }
 
 std::string SumEngine::DescribeOpenRounds() const {

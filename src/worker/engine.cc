@@ -30,7 +30,6 @@
 
 namespace byteps::worker {
 
-
 Engine::Engine(const config::Config& config)
     : config_(config),
       local_names_(planning::KeyAssigner::LocalResolver(std::max(1, config.num_servers))),
@@ -47,24 +46,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const config::Config& config) {
                                        config::RoleName(config.role)));
   }
   std::unique_ptr<Engine> e(new Engine(config));
-  // First: a metrics port in use stops this worker before it joins anything.
-  auto metrics = cluster::StartMetrics(config, "worker");
-  if (!metrics.ok()) return metrics.status();
-  e->metrics_endpoint_ = std::move(metrics.value());
   e->rank_ = config.global_rank >= 0 ? config.global_rank
                                      : std::max(0, config.worker_id) * config.local_size + config.local_rank;
-  if (config.trace_on) {
-    // Before anything starts: an unwritable BYTEPS_TRACE_DIR stops this worker now, not half-traced.
-    trace::TraceOptions to;
-    to.dir = config.trace_dir;
-    to.rank = e->rank_;
-    to.local_rank = config.local_rank;
-    to.start_step = config.trace_start_step;
-    to.end_step = config.trace_end_step;
-    auto recorder = trace::TraceRecorder::Create(to);
-    if (!recorder.ok()) return recorder.status();
-    e->recorder_ = std::move(recorder.value());
-  }
+  BYTEPS_RETURN_IF_ERROR(e->StartObservers());
   if (config.local_size > 1) BYTEPS_RETURN_IF_ERROR(e->StartLocal());
   // Only a host's local root talks to the scheduler and the servers.
   if (config.distributed() && (!e->local_ || e->local_->is_root())) {
@@ -195,10 +179,7 @@ void Engine::StartPipeline() {
           }
         });
       });
-  if (recorder_) {
-    recorder_->SetRank(rank_);
-    loop->SetObserver(recorder_.get());
-  }
+  Observe(*loop);
   PipelineContext pc;
   pc.loop = loop.get();
   pc.local = local_.get();

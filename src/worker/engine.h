@@ -175,6 +175,12 @@ class Engine {
   // The partition size in use: the online verdict's once applied, else the assigner's (plan_mu_).
   size_t PartitionInUseLocked() const;
   void FailAll(const Status& st);
+  // engine_report.cc: the metrics endpoint (BYTEPS_METRICS_PORT) and, when tracing, the timeline's
+  // recorder; before anything else starts (after rank_), so that a port in use or an unwritable
+  // BYTEPS_TRACE_DIR stops this worker before it joins anything.
+  Status StartObservers();
+  // The dispatcher's observers, before it starts (the recorder, with the rank the cluster gave).
+  void Observe(pipeline::DispatchLoop& loop);
   // The stall report (engine_report.cc): written on a Wait's deadline and on kill -USR1; returns
   // its path ("" when it could not be written: logged). A report younger than a second is reused.
   void StartReports();

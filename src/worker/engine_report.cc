@@ -1,6 +1,8 @@
-// Engine: the stall report (diagnostics/stall_report.h), on a deadline and on kill -USR1.
+// Engine: what a worker tells about itself: its metrics endpoint, its timeline (the dispatcher's
+// observer) and the stall report (diagnostics/stall_report.h), on a deadline and on kill -USR1.
 #include <fmt/format.h>
 
+#include "cluster/cluster_config.h"
 #include "common/logging.h"
 #include "common/report_file.h"
 #include "common/report_signal.h"
@@ -8,12 +10,38 @@
 #include "worker/engine.h"
 #include "worker/pipeline/dispatch_loop.h"
 #include "worker/pipeline/handle_table.h"
+#include "worker/trace/trace_recorder.h"
 
 namespace byteps::worker {
 namespace {
 constexpr double kSnapshotTimeoutS = 1;
 constexpr auto kReuseWithin = std::chrono::seconds(1);  // many waits time out at once: one report
 }  // namespace
+
+Status Engine::StartObservers() {
+  // First: a metrics port in use stops this worker before it joins anything.
+  auto metrics = cluster::StartMetrics(config_, "worker");
+  if (!metrics.ok()) return metrics.status();
+  metrics_endpoint_ = std::move(metrics.value());
+  if (!config_.trace_on) return Status::Ok();
+  // Before anything starts: an unwritable BYTEPS_TRACE_DIR stops this worker now, not half-traced.
+  trace::TraceOptions to;
+  to.dir = config_.trace_dir;
+  to.rank = rank_;
+  to.local_rank = config_.local_rank;
+  to.start_step = config_.trace_start_step;
+  to.end_step = config_.trace_end_step;
+  auto recorder = trace::TraceRecorder::Create(to);
+  if (!recorder.ok()) return recorder.status();
+  recorder_ = std::move(recorder.value());
+  return Status::Ok();
+}
+
+void Engine::Observe(pipeline::DispatchLoop& loop) {
+  if (!recorder_) return;
+  recorder_->SetRank(rank_);
+  loop.AddObserver(recorder_.get());
+}
 
 void Engine::StartReports() {
   report_signal_ = report_signal::Add([this] {
@@ -39,8 +67,8 @@ std::string Engine::StallReport(const std::string& reason) {
   }
   const std::string text =
       diagnostics::FormatStallReport(in_flight, fmt::format("worker {} (rank {})", host_rank_, rank_), reason) + note;
-  auto path = report_file::Write(report_file::Folder(config_.trace_on, config_.trace_dir), fmt::format("worker{}", rank_),
-                                 text);
+  auto path = report_file::Write(report_file::Folder(config_.trace_on, config_.trace_dir, config_.tmp_dir),
+                                 fmt::format("worker{}", rank_), text);
   if (!path.ok()) {
     BYTEPS_LOG(Warning, "{}", path.status().message());
     return "";

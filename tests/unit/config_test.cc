@@ -366,6 +366,14 @@ TEST(ConfigLoad, UnknownNamesSuggestClosest) {
   EXPECT_EQ(LoadError({{"BYTEPS_IO_THREADSXXXX", "1"}}), "unknown setting BYTEPS_IO_THREADSXXXX");
 }
 
+// Where the stall reports go when not tracing (common/report_file.h): TMPDIR, read here so that
+// no other code looks at the environment.
+TEST(ConfigLoad, TmpDirIsTmpdirElseSlashTmp) {
+  EXPECT_EQ(MustLoad({}).tmp_dir, "/tmp");
+  EXPECT_EQ(MustLoad({{"TMPDIR", ""}}).tmp_dir, "/tmp");
+  EXPECT_EQ(MustLoad({{"TMPDIR", "/scratch/job7"}}).tmp_dir, "/scratch/job7");
+}
+
 TEST(ConfigLoad, UnknownPsAndForeignNamesAreIgnored) {
   MustLoad({{"PS_SOMETHING_NEW", "1"},
             {"PS_DROP_MSG", "5"},

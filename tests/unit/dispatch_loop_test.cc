@@ -146,7 +146,7 @@ TEST(DispatchLoopTest, TheObserverHearsEveryStepOnTheDispatcherThread) {
   pipeline::DispatchLoop loop(
       {}, [&](pipeline::PartitionTask* t, const Status& st) { handles.PartDone(*t->op, t->part, st); });
   EventLog log;
-  loop.SetObserver(&log);
+  loop.AddObserver(&log);
   stages::CopyOutStage copy(&loop);
   ChecksumStage checksum(&loop);  // completes from a thread of its own
   loop.AddStage(&copy);

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <numeric>
 #include <vector>
 
 #include "worker/pipeline/dispatcher.h"
+#include "worker/pipeline/observer_fanout.h"
+#include "worker/pipeline/stage_metrics_observer.h"
 #include "worker_test_util.h"
 
 namespace byteps::worker {
@@ -78,6 +81,56 @@ TEST_F(DispatcherTest, TasksPassTheirStagesInOrder) {
   b.Finish(b.started[1]);
   EXPECT_TRUE(Finished(op->parts[0]));
   EXPECT_EQ(op->parts[0].round, 1u);
+}
+
+// Counts what it hears.
+struct CountingObserver : pipeline::Observer {
+  void OperationSubmitted(const pipeline::Operation&) override { ++submitted; }
+  void TaskQueued(const pipeline::PartitionTask&, size_t) override { ++queued; }
+  void TaskStarted(const pipeline::PartitionTask&, size_t) override { ++started; }
+  void TaskCompleted(const pipeline::PartitionTask&, size_t, const Status&) override { ++completed; }
+  void OperationFinished(const pipeline::Operation&) override { ++finished; }
+  int submitted = 0, queued = 0, started = 0, completed = 0, finished = 0;
+};
+
+uint64_t Observed(const pipeline::Stage& s) {
+  const std::vector<uint64_t> c = s.latency()->counts();
+  return std::accumulate(c.begin(), c.end(), uint64_t{0});
+}
+
+// The dispatcher has no metrics of its own: the stage latency is an observer, here behind a
+// fan-out beside another one. It times each successful completion in its stage, never a failure;
+// the other observer hears every event.
+TEST_F(DispatcherTest, StageLatencyIsAnObserverBesideOthers) {
+  Make(0);
+  sink_.now = Clock::now();  // started_at is the dispatcher's clock; the observer reads the real one
+  ManualStage a("observed-a", &sink_), b("observed-b", &sink_);
+  dispatcher_->AddStage(&a);
+  dispatcher_->AddStage(&b);
+  pipeline::StageMetricsObserver metrics;
+  CountingObserver other;
+  pipeline::ObserverFanout fanout;
+  fanout.Add(&metrics);
+  fanout.Add(&other);
+  dispatcher_->SetObserver(&fanout);
+  pipeline::Pipeline p({&a, &b});
+  auto plan = MakePlan("observed", 0, 2, 16);
+  auto op = MakeOp(*plan, p, buf_.data(), buf_.data());
+  const uint64_t a0 = Observed(a), b0 = Observed(b);
+  dispatcher_->Submit(op.get());
+  Run();
+  ASSERT_EQ(a.started.size(), 2u);
+  a.Finish(a.started[0]);
+  a.Finish(a.started[1], Aborted("partition 1 failed in stage observed-a"));
+  Run();
+  ASSERT_EQ(b.started.size(), 1u);
+  b.Finish(b.started[0]);
+  EXPECT_EQ(Observed(a) - a0, 1u);  // the failure is not a latency
+  EXPECT_EQ(Observed(b) - b0, 1u);
+  EXPECT_EQ(other.submitted, 1);
+  EXPECT_EQ(other.queued, 3);
+  EXPECT_EQ(other.started, 3);
+  EXPECT_EQ(other.completed, 3);
 }
 
 TEST_F(DispatcherTest, AStageIsFlushedOnceAfterEachBatchItStarted) {

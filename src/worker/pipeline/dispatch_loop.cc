@@ -5,13 +5,23 @@
 
 #include <algorithm>
 
+#include "common/owner_query.h"
+
 namespace byteps::worker::pipeline {
 
 DispatchLoop::DispatchLoop(const Dispatcher::Options& options, Dispatcher::Finished on_finished)
     : on_finished_(std::move(on_finished)),
-      core_(options, [this](PartitionTask* t, const Status& st) { Finished(t, st); }) {}
+      core_(options, [this](PartitionTask* t, const Status& st) { Finished(t, st); }) {
+  core_.SetObserver(&stage_metrics_);
+  observers_.Add(&stage_metrics_);
+}
 
 DispatchLoop::~DispatchLoop() { Stop(); }
+
+void DispatchLoop::AddObserver(Observer* observer) {
+  observers_.Add(observer);
+  core_.SetObserver(&observers_);
+}
 
 void DispatchLoop::Start() {
   std::lock_guard<std::mutex> lock(mu_);  // thread_id_ is set before the thread reads anything
@@ -65,19 +75,21 @@ void DispatchLoop::SetCredit(size_t bytes) {
 }
 
 StatusOr<InFlight> DispatchLoop::Snapshot(double timeout_s) {
-  auto slot = std::make_shared<std::promise<InFlight>>();
-  std::future<InFlight> answer = slot->get_future();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || !thread_.joinable()) return Unavailable("the dispatcher thread is not running");
-    snapshots_.push_back(std::move(slot));
-  }
-  cv_.notify_one();
-  if (answer.wait_for(std::chrono::duration<double>(timeout_s)) != std::future_status::ready) {
-    return Unavailable(fmt::format("the dispatcher thread did not answer within {:g} s (it is stuck in a stage)",
-                                   timeout_s));
-  }
-  return answer.get();
+  return owner_query::AskOwner<InFlight>(
+      timeout_s,
+      [this](owner_query::Reply<InFlight> slot) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stop_ || !thread_.joinable()) return Unavailable("the dispatcher thread is not running");
+          snapshots_.push_back(std::move(slot));
+        }
+        cv_.notify_one();
+        return Status::Ok();
+      },
+      [timeout_s] {
+        return Unavailable(fmt::format("the dispatcher thread did not answer within {:g} s (it is stuck in a stage)",
+                                       timeout_s));
+      });
 }
 
 InFlight DispatchLoop::TakeSnapshot() const {
@@ -116,7 +128,7 @@ void DispatchLoop::Finished(PartitionTask* task, const Status& status) {
   --tasks_live_;
   auto it = live_.find(task->op);
   if (it != live_.end() && --it->second.first == 0) {
-    if (observer_) observer_->OperationFinished(*task->op);
+    core_.observer()->OperationFinished(*task->op);
     live_.erase(it);  // the last reference may go here
   }
 }
@@ -127,7 +139,7 @@ void DispatchLoop::Loop() {
   std::vector<std::pair<PartitionTask*, Status>> completed;
   std::vector<Status> failures;
   std::optional<size_t> credit;
-  std::vector<std::shared_ptr<std::promise<InFlight>>> snapshots;
+  std::vector<owner_query::Reply<InFlight>> snapshots;
   std::optional<Dispatcher::Clock::time_point> wake;
   for (bool last = false; !last;) {
     {

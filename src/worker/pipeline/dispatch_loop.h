@@ -21,9 +21,12 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/owner_query.h"
 #include "worker/pipeline/dispatcher.h"
 #include "worker/pipeline/in_flight.h"
+#include "worker/pipeline/observer_fanout.h"
 #include "worker/pipeline/stage.h"
+#include "worker/pipeline/stage_metrics_observer.h"
 
 namespace byteps::worker::pipeline {
 
@@ -34,12 +37,10 @@ class DispatchLoop : public StageSink {
 
   // Before Start: every stage of every pipeline.
   void AddStage(Stage* stage) { core_.AddStage(stage); }
-  // Before Start: the dispatcher's observer (dispatcher.h), also told when an operation's last
-  // partition left. Borrowed: must outlive the loop's thread (Stop).
-  void SetObserver(Observer* observer) {
-    observer_ = observer;
-    core_.SetObserver(observer);
-  }
+  // Before Start: one more observer of the dispatcher (observer.h), also told when an operation's
+  // last partition left; the stage metrics (stage_metrics_observer.h) are always the first.
+  // Borrowed: must outlive the loop's thread (Stop).
+  void AddObserver(Observer* observer);
   void Start();
   // Applies what is in the inbox, then stops the thread. Completions arriving later are dropped.
   void Stop();
@@ -64,7 +65,10 @@ class DispatchLoop : public StageSink {
 
   Dispatcher::Finished on_finished_;
   Dispatcher core_;  // dispatcher thread only
-  Observer* observer_ = nullptr;  // set before Start
+  // The dispatcher's observer: the stage metrics alone (one virtual call per event), or the
+  // fan-out of them and what AddObserver added. Set before Start.
+  StageMetricsObserver stage_metrics_;
+  ObserverFanout observers_;
   // Operations in the pipeline and how many of their partitions are still in it (dispatcher thread).
   std::unordered_map<Operation*, std::pair<size_t, std::shared_ptr<Operation>>> live_;
 
@@ -74,7 +78,7 @@ class DispatchLoop : public StageSink {
   std::vector<std::pair<PartitionTask*, Status>> completed_;     // guarded by mu_
   std::vector<Status> failures_;                                 // guarded by mu_
   std::optional<size_t> credit_;                                 // guarded by mu_
-  std::vector<std::shared_ptr<std::promise<InFlight>>> snapshots_;  // guarded by mu_
+  std::vector<owner_query::Reply<InFlight>> snapshots_;           // guarded by mu_
   bool stop_ = false;                                            // guarded by mu_
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};  // set before the thread runs anything

@@ -36,7 +36,6 @@ void Dispatcher::Complete(PartitionTask* task, const Status& status, Clock::time
   holding_credit_.erase(task);
   if (observer_) observer_->TaskCompleted(*task, task->stage, status);
   if (!status.ok()) return Fail(task, task->stage + 1, status);
-  task->op->pipeline->at(task->stage)->latency()->Observe(std::chrono::duration<double>(now - task->started_at).count());
   ++task->stage;
   Enter(task);
 }

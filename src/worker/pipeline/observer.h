@@ -1,5 +1,6 @@
-// What the dispatcher reports as partitions move through their pipelines, for a timeline
-// (worker/trace/trace_recorder.h) or any other watcher. The dispatcher stays free of clocks and
+// What the dispatcher reports as partitions move through their pipelines, for the stage metrics
+// (stage_metrics_observer.h), a timeline (worker/trace/trace_recorder.h) or any other watcher;
+// several at once through one ObserverFanout (observer_fanout.h). The dispatcher stays free of clocks and
 // I/O: an observer takes its own timestamps. With no observer set the dispatcher's only cost is a
 // null check per event.
 // Threading: every call comes on the dispatcher thread (DispatchLoop), in the order the events

@@ -37,7 +37,7 @@ class Stage {
   const std::string& name() const { return name_; }
   // The tasks waiting to start here, in priority order (dispatcher thread only).
   StageQueue& queue() { return queue_; }
-  // Time from start to completion of the tasks this stage completed OK (the dispatcher observes).
+  // Time from start to completion of the tasks this stage completed OK (StageMetricsObserver records it).
   metrics::Histogram* latency() const { return latency_; }
 
   // Bytes of the dispatcher's credit `task` holds while in this stage; 0 = this stage does not use

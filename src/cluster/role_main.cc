@@ -20,7 +20,7 @@ Status RunScheduler(const config::Config& c) {
   const int report = report_signal::Add([sched, &c] {
     const std::string text = fmt::format("byteps report of the scheduler (pid {})\nreason: asked for with kill -USR1\n{}",
                                           getpid(), sched->Report());
-    auto path = report_file::Write(report_file::Folder(c.trace_on, c.trace_dir), "scheduler", text);
+    auto path = report_file::Write(report_file::Folder(c.trace_on, c.trace_dir, c.tmp_dir), "scheduler", text);
     if (path.ok()) BYTEPS_LOG(Warning, "report (kill -USR1) written to {}", path.value());
     else BYTEPS_LOG(Warning, "{}", path.status().message());
   });

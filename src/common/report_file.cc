@@ -5,18 +5,12 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 namespace byteps::report_file {
 
 std::string Folder(bool trace_on, const std::string& trace_dir, const std::string& tmp_dir) {
   return trace_on ? trace_dir : tmp_dir;
-}
-
-std::string Folder(bool trace_on, const std::string& trace_dir) {
-  const char* tmp = std::getenv("TMPDIR");
-  return Folder(trace_on, trace_dir, tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
 }
 
 StatusOr<std::string> Write(const std::string& folder, const std::string& stem, const std::string& text) {

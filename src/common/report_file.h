@@ -12,9 +12,6 @@
 namespace byteps::report_file {
 
 std::string Folder(bool trace_on, const std::string& trace_dir, const std::string& tmp_dir);
-// The scheduler's (cluster/role_main.cc) until it passes its Config::tmp_dir too: reads $TMPDIR
-// itself, else /tmp.
-std::string Folder(bool trace_on, const std::string& trace_dir);
 // Writes `text`; the path, or an error naming it.
 StatusOr<std::string> Write(const std::string& folder, const std::string& stem, const std::string& text);
 

@@ -26,7 +26,7 @@ ServerPlacement Equal(const std::vector<bool>& colocated, const std::string& why
 
 StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_hosts,
                                        const std::vector<std::string>& server_hosts, MixedMode mode,
-                                       double cpu_rate, double worker_rate) {
+                                       double cpu_rate, double worker_rate, std::string_view rates_name) {
   const std::set<std::string> machines(worker_hosts.begin(), worker_hosts.end());
   std::vector<bool> colocated;
   std::set<std::string> colocated_hosts;
@@ -79,7 +79,7 @@ StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_ho
                                    RingTime(n, worker_rate) / split.time, CpuOnlyTime(n, k, cpu_rate, worker_rate) / split.time)
                      : "";
   const std::string rates = cpu_rate == worker_rate ? ""
-                            : fmt::format("; NIC rates: CPU machines {:.3g} GB/s, worker machines {:.3g} GB/s",
+                            : fmt::format("; {}: CPU machines {:.3g} GB/s, worker machines {:.3g} GB/s", rates_name,
                                           cpu_rate / 1e9, worker_rate / 1e9);
   p.summary = fmt::format(
       "mixed placement: the {} servers on the {} worker machines take {} of the bytes each, the {} on CPU machines {} "
@@ -118,11 +118,7 @@ StatusOr<ServerPlacement> PlaceFromProbe(const std::vector<std::string>& worker_
                                    kMeasuredRateTolerance);
     return formula;
   }
-  BYTEPS_ASSIGN_OR_RETURN(ServerPlacement p, PlaceServers(worker_hosts, server_hosts, mode, cpu_rate, worker_rate));
-  const size_t rates = p.summary.find("; NIC rates: ");
-  if (rates != std::string::npos) p.summary.erase(rates, p.summary.find(')', rates) - rates);
-  p.summary += fmt::format(" ({})", measured);
-  return p;
+  return PlaceServers(worker_hosts, server_hosts, mode, cpu_rate, worker_rate, "measured NIC rates");
 }
 
 }  // namespace byteps::protocol

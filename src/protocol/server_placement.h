@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -29,11 +30,13 @@ struct ServerPlacement {
 
 // `worker_hosts` by worker rank (one registered worker per machine; equal hosts count as one
 // machine), `server_hosts` by server rank; NIC rates in bytes/s of the CPU and worker machines
-// (equal by default: the formula's assumption). InvalidArgument under kOn for a layout that
-// cannot be mixed, naming the hosts and what to change.
+// (equal by default: the formula's assumption; unequal ones are named in the summary as
+// `rates_name`). InvalidArgument under kOn for a layout that cannot be mixed, naming the hosts and
+// what to change.
 StatusOr<ServerPlacement> PlaceServers(const std::vector<std::string>& worker_hosts,
                                        const std::vector<std::string>& server_hosts, MixedMode mode,
-                                       double cpu_rate = 1, double worker_rate = 1);
+                                       double cpu_rate = 1, double worker_rate = 1,
+                                       std::string_view rates_name = "NIC rates");
 
 // The start-up probe's measurement (tuning/startup_agreement.h): every worker machine pushed and
 // pulled `bytes` to server s alone, the fastest run's wire time (less the server's round trip)

@@ -1,9 +1,9 @@
 """What observability costs on the emulated cluster: model-shaped training with nothing on, with
-the timeline (BYTEPS_TRACE_ON=1) and with metrics served and scraped (BYTEPS_METRICS_PORT), in
-one run, rotating the order, medians compared.
+the timeline (BYTEPS_TRACE_ON=1), with metrics served and scraped (BYTEPS_METRICS_PORT), and
+watched by `byteps top`, in one run, rotating the order, medians compared.
 
     python3 -m bench.trace.cluster [--model resnet50] [--n 4] [--rate 1000] [--iters 8]
-        [--warmup 16] [--repeats 3] [--modes off,trace,metrics] [--out bench-results/observability]
+        [--warmup 16] [--repeats 3] [--modes off,trace,metrics,top] [--out bench-results/observability]
 
 Each run is bench.model_shaped's workload (default settings: nothing set but what is measured)
 with n workers and n server hosts. "trace" records every step (BYTEPS_TRACE_START_STEP=1,
@@ -11,7 +11,9 @@ BYTEPS_TRACE_END_STEP above the last): the cost while recording, not that of the
 the window; each worker writes to a folder of its own (the emulated hosts share one file system)
 and the files are checked to exist. "metrics" serves /metrics on every worker and scrapes it every
 second from the worker's host (Prometheus scrapes every 15 s by default: this is 15x that), and
-checks the scrapes answered. Prints a table and writes DIR/observability.json. The issue's
+checks the scrapes answered. "top" runs `byteps top` (redrawn every second) on worker 0's host for
+the whole job and checks it drew the job (the heartbeats carry the nodes' summaries in every mode:
+this is the cost of someone watching). Prints a table and writes DIR/observability.json. The issue's
 targets: traced throughput within 5 % of "off", metrics within 1 %.
 """
 from __future__ import annotations
@@ -27,7 +29,8 @@ from pathlib import Path
 from bench.model_shaped.run_testbed import REPO, run_one
 from tools.testbed.netns import Testbed
 
-MODES = ("off", "trace", "metrics")
+MODES = ("off", "trace", "metrics", "top")
+CORE = REPO / "python" / "byteps" / "_bin" / "byteps-core"
 METRICS_PORT = 9464  # each worker is alone on its emulated host
 
 # Scrapes the worker's own endpoint (its host's address: the node binds DMLC_NODE_HOST) every second
@@ -58,6 +61,10 @@ def wrapped_argv(argv: list[str], mode: str, tmp: Path) -> list[str]:
     line = " ".join(shlex.quote(a) for a in argv)
     if mode == "trace":
         return ["/bin/sh", "-c", f'BYTEPS_TRACE_DIR={shlex.quote(str(tmp))}/worker_$DMLC_WORKER_ID exec {line}']
+    if mode == "top":  # worker 0's host watches the job with the job's own environment
+        top = f"{shlex.quote(str(CORE))} top --interval 1 > {shlex.quote(str(tmp))}/top.txt 2>&1"
+        return ["/bin/sh", "-c", f'{line} & pid=$!; if [ "$DMLC_WORKER_ID" = 0 ]; then {top} & watch=$!; fi; '
+                                 f'wait $pid; rc=$?; [ -n "$watch" ] && kill $watch; exit $rc']
     scraper = shlex.quote(SCRAPER)
     return ["/bin/sh", "-c",
             f"BYTEPS_METRICS_PORT={METRICS_PORT} {line} & pid=$!; {shlex.quote(sys.executable)} -c {scraper} $pid "
@@ -75,7 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--time-scale", type=float, default=1.0, help="smoke tests only")
     ap.add_argument("--shrink", type=int, default=1, help="smoke tests only")
-    ap.add_argument("--modes", default=",".join(MODES), help="a comma-separated choice of off, trace, metrics")
+    ap.add_argument("--modes", default=",".join(MODES), help="a comma-separated choice of off, trace, metrics, top")
     ap.add_argument("--out", default="bench-results/observability")
     args = ap.parse_args(argv)
     if args.n < 2 or args.repeats < 1 or args.iters < 1:
@@ -108,7 +115,9 @@ def main(argv=None) -> int:
                 res = run_one(args.model, args.n, "byteps", job, "n", extra_env=env, wrap_argv=wrap)
                 files = sorted(Path(tmp).glob("worker_*/*/comm.json"))
                 scrapes = [int(p.read_text() or 0) for p in Path(tmp).glob("scrapes_*")]
-                res.update({"mode": mode, "trace_files": len(files), "scrapes": scrapes})
+                top = Path(tmp, "top.txt").read_text(errors="replace") if Path(tmp, "top.txt").exists() else ""
+                res.update({"mode": mode, "trace_files": len(files), "scrapes": scrapes,
+                            "top_frames": top.count("byteps top - job ")})
             runs.append(res)
             print(f"    {res.get('img_per_sec', res.get('error'))} img/s", flush=True)
             if "img_per_sec" not in res:
@@ -116,6 +125,9 @@ def main(argv=None) -> int:
                 return 1
             if mode == "trace" and res["trace_files"] != args.n:
                 print(f"observability: {res['trace_files']} trace files, expected {args.n}", file=sys.stderr)
+                return 1
+            if mode == "top" and res["top_frames"] < 1:
+                print("observability: byteps top drew nothing", file=sys.stderr)
                 return 1
             if mode == "metrics" and (len(scrapes) != args.n or min(scrapes) < 1):
                 print(f"observability: scrapes answered per worker: {scrapes}", file=sys.stderr)

@@ -44,7 +44,7 @@ const KV kConfigs[8] = {
     {{"compressor", "dithering"}, {"k", "3"}, {"partition", "natural"}, {"normalize", "l2"}},
 };
 
-constexpr size_t kMaxCount = size_t{1} << 20;
+constexpr size_t kMaxCount = size_t{1} << 14;  // larger counts are refused by length alone
 constexpr float kSentinel = 12345.0f;
 
 }  // namespace
@@ -81,7 +81,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (dtype == DataType::kFloat32) {
     std::vector<float> zero(n, 0.0f);
     FUZZ_CHECK(codec.DecompressAdd(payload, len, n, zero.data()).ok());
-    FUZZ_CHECK(std::memcmp(zero.data(), out.data(), n * 4) == 0);
+    FUZZ_CHECK(n == 0 || std::memcmp(zero.data(), out.data(), n * 4) == 0);
   }
   return 0;
 }

@@ -1,8 +1,4 @@
 // cast: every element as float16 or bfloat16 (or float32). Body: count values.
-#include <fmt/format.h>
-
-#include <bit>
-
 #include "compress/codec_impls.h"
 #include "compress/values.h"
 
@@ -25,14 +21,7 @@ class CastCodec : public Codec {
   }
 
   Status CheckBody(const PayloadHeader& h, const uint8_t*, size_t body_len) const override {
-    if (h.value_type != type_ || h.flags != 0 || h.param != 0 || std::bit_cast<uint32_t>(h.scale) != 0) {
-      return DecodeError(fmt::format("header fields (value type {}, flags {}, param {}) differ from this codec's",
-                                     static_cast<int>(h.value_type), h.flags, h.param));
-    }
-    if (body_len != size_t{h.count} * ValueTypeSize(type_)) {
-      return DecodeError(fmt::format("body of {} bytes, {} expected", body_len, size_t{h.count} * ValueTypeSize(type_)));
-    }
-    return Status::Ok();
+    return CheckFields(h, type_, 0, 0, 0.0f, body_len, size_t{h.count} * ValueTypeSize(type_));
   }
 
   void AddBody(const PayloadHeader& h, const uint8_t* body, float* acc) const override {

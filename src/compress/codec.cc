@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -45,6 +46,17 @@ StatusOr<size_t> Codec::Compress(const void* in, size_t n, uint64_t key, uint64_
 
 Status Codec::DecodeError(const std::string& why) const {
   return ProtocolError(fmt::format("compressed payload of tensor '{}' ({}): {}", tensor_, CodecIdName(id_), why));
+}
+
+Status Codec::CheckFields(const PayloadHeader& h, ValueType type, uint8_t flags, uint32_t param,
+                          std::optional<float> scale, size_t body_len, size_t want_len) const {
+  if (h.value_type != type || h.flags != flags || h.param != param ||
+      (scale && std::bit_cast<uint32_t>(h.scale) != std::bit_cast<uint32_t>(*scale))) {
+    return DecodeError(fmt::format("header fields (value type {}, flags {}, param {}) differ from this codec's",
+                                   static_cast<int>(h.value_type), h.flags, h.param));
+  }
+  if (body_len != want_len) return DecodeError(fmt::format("body of {} bytes, {} expected", body_len, want_len));
+  return Status::Ok();
 }
 
 StatusOr<PayloadHeader> Codec::CheckPayload(const uint8_t* in, size_t len, size_t n) const {
@@ -100,6 +112,14 @@ StatusOr<std::unique_ptr<Codec>> MakeCodec(const Params& p, DataType dtype, cons
     return InvalidArgument(fmt::format("tensor '{}': compressor '{}' takes floating-point tensors, not {}", tensor,
                                        p.compressor == Compressor::kNone ? "cast" : CompressorName(p.compressor),
                                        DataTypeName(dtype)));
+  }
+  // Params from ParseParams are valid; one built by hand is checked here (levels and k divide).
+  const bool k_ok = p.compressor == Compressor::kDithering
+                        ? p.k >= 1 && p.k == std::floor(p.k) && p.k <= (p.partition == Partition::kNatural ? 31 : 32767)
+                        : !(p.k <= 0) && std::isfinite(p.k);
+  if (!k_ok && (p.compressor == Compressor::kTopk || p.compressor == Compressor::kRandomk ||
+                p.compressor == Compressor::kDithering)) {
+    return InvalidArgument(fmt::format("tensor '{}': compression parameters '{}' are out of range", tensor, p.ToString()));
   }
   const ValueType values = p.cast == WireCast::kFloat16    ? ValueType::kFloat16
                            : p.cast == WireCast::kBFloat16 ? ValueType::kBFloat16

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,10 @@ class Codec {
 
   // ProtocolError "compressed payload of tensor '<tensor>' (<codec>): <why>".
   Status DecodeError(const std::string& why) const;
+  // The header's value type, flags, param (and scale, when this codec fixes it) against this
+  // codec's configuration, and the body's length against the one they imply.
+  Status CheckFields(const PayloadHeader& h, ValueType type, uint8_t flags, uint32_t param,
+                     std::optional<float> scale, size_t body_len, size_t want_len) const;
 
  private:
   StatusOr<PayloadHeader> CheckPayload(const uint8_t* in, size_t len, size_t n) const;

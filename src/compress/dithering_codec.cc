@@ -59,7 +59,7 @@ class DitheringCodec : public Codec {
                                          tensor()));
     }
     const float norm = l2_ ? static_cast<float>(std::sqrt(sq)) : std::bit_cast<float>(max_key);
-    h->flags = static_cast<uint8_t>((natural_ ? kFlagNatural : 0) | (l2_ ? kFlagL2 : 0));
+    h->flags = Flags();
     h->param = s_;
     h->scale = norm;
     const size_t bytes = BodyBytes(n);
@@ -100,14 +100,9 @@ class DitheringCodec : public Codec {
   }
 
   Status CheckBody(const PayloadHeader& h, const uint8_t* body, size_t body_len) const override {
-    const uint8_t flags = static_cast<uint8_t>((natural_ ? kFlagNatural : 0) | (l2_ ? kFlagL2 : 0));
-    if (h.value_type != ValueType::kFloat32 || h.flags != flags || h.param != s_) {
-      return DecodeError(fmt::format("header fields (value type {}, flags {}, param {}) differ from this codec's",
-                                     static_cast<int>(h.value_type), h.flags, h.param));
-    }
-    if (!std::isfinite(h.scale) || h.scale < 0) return DecodeError(fmt::format("norm {} is not a finite number >= 0", h.scale));
     const size_t want = BodyBytes(h.count);
-    if (body_len != want) return DecodeError(fmt::format("body of {} bytes, {} expected", body_len, want));
+    BYTEPS_RETURN_IF_ERROR(CheckFields(h, ValueType::kFloat32, Flags(), s_, std::nullopt, body_len, want));
+    if (!std::isfinite(h.scale) || h.scale < 0) return DecodeError(fmt::format("norm {} is not a finite number >= 0", h.scale));
     const uint32_t level_mask = (1u << (w_ - 1)) - 1;
     for (size_t i = 0; i < h.count; ++i) {
       if ((Code(body, i) & level_mask) > s_) {
@@ -141,6 +136,7 @@ class DitheringCodec : public Codec {
 
  private:
   size_t BodyBytes(size_t n) const { return (n * w_ + 7) / 8; }
+  uint8_t Flags() const { return static_cast<uint8_t>((natural_ ? kFlagNatural : 0) | (l2_ ? kFlagL2 : 0)); }
 
   uint32_t Code(const uint8_t* body, size_t i) const {
     if (w_ == 16) {

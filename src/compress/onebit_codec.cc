@@ -1,8 +1,6 @@
 // onebit (signSGD): one bit per element, 1 = negative (x < 0), element i in bit i % 8 of body byte
 // i / 8 (least significant first); the bits past the count are 0. Decoded: +scale or -scale, where
 // scale (in the header) is mean |x| with scaling, else 1.
-#include <fmt/format.h>
-
 #include <bit>
 #include <cmath>
 
@@ -54,14 +52,9 @@ class OnebitCodec : public Codec {
   }
 
   Status CheckBody(const PayloadHeader& h, const uint8_t* body, size_t body_len) const override {
-    const uint8_t flags = scaling_ ? kFlagOnebitScaled : 0;
-    if (h.value_type != ValueType::kFloat32 || h.flags != flags || h.param != 0 ||
-        (!scaling_ && h.scale != 1.0f)) {
-      return DecodeError(fmt::format("header fields (value type {}, flags {}, param {}) differ from this codec's",
-                                     static_cast<int>(h.value_type), h.flags, h.param));
-    }
     const size_t want = (size_t{h.count} + 7) / 8;
-    if (body_len != want) return DecodeError(fmt::format("body of {} bytes, {} expected", body_len, want));
+    BYTEPS_RETURN_IF_ERROR(CheckFields(h, ValueType::kFloat32, scaling_ ? kFlagOnebitScaled : 0, 0,
+                                       scaling_ ? std::nullopt : std::optional<float>(1.0f), body_len, want));
     if (h.count % 8 != 0 && (body[want - 1] >> (h.count % 8)) != 0) {
       return DecodeError("bits set past the element count");
     }

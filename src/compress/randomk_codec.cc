@@ -22,7 +22,7 @@ class RandomkCodec : public Codec {
       : Codec(CodecId::kRandomk, dtype, std::move(tensor)), k_(k), seed_(seed), unbiased_(unbiased), type_(type) {}
 
   size_t MaxCompressedBytes(size_t n) const override {
-    return kPayloadHeaderSize + size_t{ResolveK(k_, n)} * (4 + ValueTypeSize(type_));
+    return kPayloadHeaderSize + PairsBytes(type_, ResolveK(k_, n));
   }
 
  protected:
@@ -41,33 +41,22 @@ class RandomkCodec : public Codec {
       vals_[j] = in[i] * scale;
     }
     StoreValues(type_, vals_.data(), k, body + size_t{k} * 4);
-    return size_t{k} * (4 + ValueTypeSize(type_));
+    return PairsBytes(type_, k);
   }
 
   Status CheckBody(const PayloadHeader& h, const uint8_t* body, size_t body_len) const override {
     const uint32_t k = ResolveK(k_, h.count);
-    const uint8_t flags = unbiased_ ? kFlagUnbiased : 0;
-    if (h.value_type != type_ || h.flags != flags || h.param != k || std::bit_cast<uint32_t>(h.scale) != 0) {
-      return DecodeError(fmt::format("header fields (value type {}, flags {}, param {}) differ from this codec's",
-                                     static_cast<int>(h.value_type), h.flags, h.param));
-    }
-    const size_t want = size_t{k} * (4 + ValueTypeSize(type_));
-    if (body_len != want) return DecodeError(fmt::format("body of {} bytes, {} expected", body_len, want));
+    BYTEPS_RETURN_IF_ERROR(
+        CheckFields(h, type_, unbiased_ ? kFlagUnbiased : 0, k, 0.0f, body_len, PairsBytes(type_, k)));
     for (uint32_t j = 0; j < k; ++j) {
-      uint32_t i;
-      std::memcpy(&i, body + 4 * size_t{j}, 4);
+      const uint32_t i = LoadIndex(body, j);
       if (i >= h.count) return DecodeError(fmt::format("index {} (pair {}) out of range", i, j));
     }
     return Status::Ok();
   }
 
   void AddBody(const PayloadHeader& h, const uint8_t* body, float* acc) const override {
-    const uint8_t* values = body + size_t{h.param} * 4;
-    for (uint32_t j = 0; j < h.param; ++j) {
-      uint32_t i;
-      std::memcpy(&i, body + 4 * size_t{j}, 4);
-      acc[i] += LoadValue(type_, values, j);
-    }
+    AddPairs(type_, body, h.param, acc);
   }
 
  private:

@@ -32,7 +32,7 @@ class TopkCodec : public Codec {
       : Codec(CodecId::kTopk, dtype, std::move(tensor)), k_(k), type_(type) {}
 
   size_t MaxCompressedBytes(size_t n) const override {
-    return kPayloadHeaderSize + size_t{ResolveK(k_, n)} * (4 + ValueTypeSize(type_));
+    return kPayloadHeaderSize + PairsBytes(type_, ResolveK(k_, n));
   }
 
  protected:
@@ -53,23 +53,17 @@ class TopkCodec : public Codec {
     }
     vals_.resize(k);
     for (uint32_t j = 0; j < k; ++j) vals_[j] = in[idx_[j]];
-    std::memcpy(body, idx_.data(), size_t{k} * 4);
+    if (k > 0) std::memcpy(body, idx_.data(), size_t{k} * 4);
     StoreValues(type_, vals_.data(), k, body + size_t{k} * 4);
-    return size_t{k} * (4 + ValueTypeSize(type_));
+    return PairsBytes(type_, k);
   }
 
   Status CheckBody(const PayloadHeader& h, const uint8_t* body, size_t body_len) const override {
     const uint32_t k = ResolveK(k_, h.count);
-    if (h.value_type != type_ || h.flags != 0 || h.param != k || std::bit_cast<uint32_t>(h.scale) != 0) {
-      return DecodeError(fmt::format("header fields (value type {}, flags {}, param {}) differ from this codec's",
-                                     static_cast<int>(h.value_type), h.flags, h.param));
-    }
-    const size_t want = size_t{k} * (4 + ValueTypeSize(type_));
-    if (body_len != want) return DecodeError(fmt::format("body of {} bytes, {} expected", body_len, want));
+    BYTEPS_RETURN_IF_ERROR(CheckFields(h, type_, 0, k, 0.0f, body_len, PairsBytes(type_, k)));
     int64_t prev = -1;
     for (uint32_t j = 0; j < k; ++j) {
-      uint32_t i;
-      std::memcpy(&i, body + 4 * size_t{j}, 4);
+      const uint32_t i = LoadIndex(body, j);
       if (i >= h.count || static_cast<int64_t>(i) <= prev) {
         return DecodeError(fmt::format("index {} (pair {}) out of range or not increasing", i, j));
       }
@@ -79,12 +73,7 @@ class TopkCodec : public Codec {
   }
 
   void AddBody(const PayloadHeader& h, const uint8_t* body, float* acc) const override {
-    const uint8_t* values = body + size_t{h.param} * 4;
-    for (uint32_t j = 0; j < h.param; ++j) {
-      uint32_t i;
-      std::memcpy(&i, body + 4 * size_t{j}, 4);
-      acc[i] += LoadValue(type_, values, j);
-    }
+    AddPairs(type_, body, h.param, acc);
   }
 
  private:

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/half.h"
+#include "common/reducer.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -32,8 +33,9 @@ inline uint16_t ToBFloat16(float f) {
 inline float FromBFloat16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 #if defined(__x86_64__)
+// The reducers' AVX2 path needs AVX2, F16C and FMA, checked the way both gcc and clang can.
 bool HaveF16c() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool have = ReducerImplAvailable(ReducerImpl::kAvx2);
   return have;
 }
 
@@ -60,6 +62,7 @@ BYTEPS_TARGET_F16C void LoadHalfF16c(const uint8_t* in, size_t n, float* out, bo
 }  // namespace
 
 void StoreValues(ValueType t, const float* in, size_t n, uint8_t* out) {
+  if (n == 0) return;  // in/out may be null (an empty vector's data())
   switch (t) {
     case ValueType::kFloat32: std::memcpy(out, in, n * 4); return;
     case ValueType::kFloat16:
@@ -75,6 +78,7 @@ void StoreValues(ValueType t, const float* in, size_t n, uint8_t* out) {
 }
 
 void LoadValues(ValueType t, const uint8_t* in, size_t n, float* out) {
+  if (n == 0) return;
   switch (t) {
     case ValueType::kFloat32: std::memcpy(out, in, n * 4); return;
     case ValueType::kFloat16:
@@ -121,6 +125,17 @@ float LoadValue(ValueType t, const uint8_t* in, size_t j) {
     case ValueType::kBFloat16: return FromBFloat16(Load16(in + 2 * j));
   }
   return 0;
+}
+
+uint32_t LoadIndex(const uint8_t* pairs, uint32_t j) {
+  uint32_t i;
+  std::memcpy(&i, pairs + 4 * size_t{j}, 4);
+  return i;
+}
+
+void AddPairs(ValueType t, const uint8_t* pairs, uint32_t k, float* acc) {
+  const uint8_t* values = pairs + size_t{k} * 4;
+  for (uint32_t j = 0; j < k; ++j) acc[LoadIndex(pairs, j)] += LoadValue(t, values, j);
 }
 
 }  // namespace byteps::compress

@@ -19,4 +19,10 @@ void AddValues(ValueType t, const uint8_t* in, size_t n, float* acc);
 // Value j of in.
 float LoadValue(ValueType t, const uint8_t* in, size_t j);
 
+// topk's and randomk's body: k u32 indices, then k values of type t.
+inline size_t PairsBytes(ValueType t, uint32_t k) { return size_t{k} * (4 + ValueTypeSize(t)); }
+uint32_t LoadIndex(const uint8_t* pairs, uint32_t j);
+// acc[index j] += value j, for j < k (indices already checked).
+void AddPairs(ValueType t, const uint8_t* pairs, uint32_t k, float* acc);
+
 }  // namespace byteps::compress

@@ -121,6 +121,14 @@ TEST(CompressParams, IntegerTensorsAreRefusedByName) {
     EXPECT_NE(c.status().message().find(DataTypeName(t)), std::string::npos) << c.status().message();
   }
   EXPECT_FALSE(MakeCodec(Params{}, DataType::kFloat32, "t").ok());
+  Params bad;  // built by hand, not through ParseParams
+  bad.compressor = Compressor::kDithering;
+  bad.k = 0;
+  auto c = MakeCodec(bad, DataType::kFloat32, "t");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("out of range"), std::string::npos);
+  bad.compressor = Compressor::kTopk;
+  EXPECT_FALSE(MakeCodec(bad, DataType::kFloat32, "t").ok());
 }
 
 TEST(CompressParams, KIsAFractionBelowOneAndACountAbove) {
@@ -395,6 +403,20 @@ TEST(DitheringCodec, NonFiniteInputIsANamedError) {
   auto small = c->Compress(x.data(), 3, 0, 0, out.data(), out.size() - 1);
   ASSERT_FALSE(small.ok());
   EXPECT_NE(small.status().message().find("output buffer"), std::string::npos);
+}
+
+TEST(CodecDecode, AnEmptyPartRoundTrips) {
+  for (const KV& kv : {KV{{"cast", "fp16"}}, KV{{"compressor", "onebit"}, {"scaling", "true"}},
+                       KV{{"compressor", "topk"}, {"k", "0.01"}}, KV{{"compressor", "randomk"}, {"k", "3"}},
+                       KV{{"compressor", "dithering"}, {"k", "4"}, {"normalize", "l2"}}}) {
+    auto c = Make(kv);
+    std::vector<uint8_t> out(c->MaxCompressedBytes(0));
+    auto len = c->Compress(nullptr, 0, 0, 0, out.data(), out.size());
+    ASSERT_TRUE(len.ok()) << len.status().ToString();
+    EXPECT_EQ(len.value(), 16u);
+    EXPECT_TRUE(c->Decompress(out.data(), 16, 0, nullptr).ok());
+    EXPECT_TRUE(c->DecompressAdd(out.data(), 16, 0, nullptr).ok());
+  }
 }
 
 // ---- decode errors ----

@@ -4,7 +4,7 @@
 // the sum shows it, as an uncompressed push would).
 //
 // Speed: a sample of the magnitudes gives a threshold that about 1.5 k elements pass; one pass
-// collects those candidates and nth_element picks the k largest among them. A threshold that
+// collects those candidates and nth_element finds the k-th largest among them. A threshold that
 // lets fewer than k through (an unlucky sample) falls back to every element.
 #include <fmt/format.h>
 
@@ -47,9 +47,15 @@ class TopkCodec : public Codec {
     } else {
       Collect(in, n, k < n / 8 && n > 2 * kSample ? Threshold(in, n, k) : 0);
       if (cands_.size() < k) Collect(in, n, 0);
-      std::nth_element(cands_.begin(), cands_.begin() + k, cands_.end(), std::greater<uint64_t>());
-      for (uint32_t j = 0; j < k; ++j) idx_[j] = 0xffffffffu - static_cast<uint32_t>(cands_[j]);
-      std::sort(idx_.begin(), idx_.end());
+      // The k-th largest candidate is the cut; candidates are unique and in index order, so one
+      // more pass keeps exactly k, already sorted by index (no sort of the k indices).
+      order_.assign(cands_.begin(), cands_.end());
+      std::nth_element(order_.begin(), order_.begin() + (k - 1), order_.end(), std::greater<uint64_t>());
+      const uint64_t cut = order_[k - 1];
+      uint32_t j = 0;
+      for (uint64_t c : cands_) {
+        if (c >= cut) idx_[j++] = 0xffffffffu - static_cast<uint32_t>(c);
+      }
     }
     vals_.resize(k);
     for (uint32_t j = 0; j < k; ++j) vals_[j] = in[idx_[j]];
@@ -110,6 +116,7 @@ class TopkCodec : public Codec {
   ValueType type_;
   std::vector<uint32_t> sample_;
   std::vector<uint64_t> cands_;
+  std::vector<uint64_t> order_;  // a copy of cands_ for nth_element
   std::vector<uint32_t> idx_;
   std::vector<float> vals_;
 };

@@ -283,6 +283,25 @@ def ucx_header_seeds():
     }
 
 
+def codec_seeds():
+    """fuzz_codec: [selector][payload]; payloads as docs/wire-format.md "Compressed payloads" lays
+    them out (16-byte header: version, codec id, value type, flags, count, param, scale)."""
+    def payload(codec, count, body, vtype=0, flags=0, param=0, scale=0.0):
+        return struct.pack('<BBBBIIf', 1, codec, vtype, flags, count, param, scale) + body
+    return {
+        'cast_fp16': b'\x00' + payload(1, 4, struct.pack('<4e', 1.0, -2.0, 0.5, 65504.0), vtype=1),
+        'cast_bf16': b'\x01' + payload(1, 2, struct.pack('<2H', 0x3f80, 0xc000), vtype=2),
+        'onebit_scaled': b'\x02' + payload(2, 7, bytes([0x2a]), flags=1, scale=1.25),
+        'onebit': b'\x03' + payload(2, 9, bytes([0x81, 0x01]), scale=1.0),
+        'topk': b'\x04' + payload(3, 8, struct.pack('<If', 5, 3.0), param=1),
+        'topk_count_mismatch': b'\x0c' + payload(3, 8, struct.pack('<If', 5, 3.0), param=1),
+        'randomk': b'\x05' + payload(4, 8, struct.pack('<If', 2, 8.0), flags=1, param=1),
+        'dithering': b'\x06' + payload(5, 4, bytes([0xa4, 0x10]), param=4, scale=1.0),
+        'dithering_natural_l2': b'\x07' + payload(5, 4, bytes([0xa3, 0x10]), flags=3, param=3, scale=2.0),
+        'dithering_fp16': b'\x16' + payload(5, 3, bytes([0xa4, 0x00]), param=4, scale=0.5),
+    }
+
+
 def write(target, seeds):
     d = os.path.join(HERE, 'corpus', target)
     shutil.rmtree(d, ignore_errors=True)
@@ -318,3 +337,4 @@ if __name__ == '__main__':
     write('fuzz_server', server_seeds())
     write('fuzz_stream', stream_seeds())
     write('fuzz_ucx_header', ucx_header_seeds())
+    write('fuzz_codec', codec_seeds())

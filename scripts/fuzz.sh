@@ -16,7 +16,7 @@ SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(fuzz_frame fuzz_server fuzz_stream fuzz_shm_ring)
+  TARGETS=(fuzz_frame fuzz_server fuzz_stream fuzz_shm_ring fuzz_codec)
   pkg-config --exists ucx 2>/dev/null && TARGETS+=(fuzz_ucx_header)  # built only with UCX
 fi
 BUILD_DIR=${BUILD_DIR:-build-fuzz}

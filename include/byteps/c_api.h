@@ -177,6 +177,22 @@ void byteps_release(byteps_handle_t handle);
  * BYTEPS_TELEMETRY_ON=0). At most 1024 samples are kept. Returns 0, or -1 for NULL pointers. */
 int byteps_get_pushpull_speed(int64_t* ms_since_epoch, double* mb_per_s);
 
+/* Gradient codecs (src/compress/, docs/wire-format.md "Compressed payloads"): one tensor part of
+ * `count` elements of `dtype` compressed or decoded with the compression parameters a tensor is
+ * declared with, "key=value" pairs joined by ';' (the original's keys: "compressor=topk;k=0.01",
+ * "compressor=onebit;scaling=true", "compressor=dithering;k=4;partition=natural", "cast=fp16").
+ * `tensor` names the tensor in errors. No job is needed. key and round choose randomk's and
+ * dithering's random draws (the same on every process for the same seed, key and round). */
+/* The most bytes byteps_codec_compress writes, or -1 (bad parameters: the error names the key). */
+int64_t byteps_codec_max_bytes(const char* params, const char* tensor, int dtype, size_t count);
+/* Compresses in[0..count) into out[0..cap); the payload's bytes, or -1. */
+int64_t byteps_codec_compress(const char* params, const char* tensor, int dtype, const void* in, size_t count,
+                              uint64_t key, uint64_t round, void* out, size_t cap);
+/* Decodes payload[0..len) into out (count elements of dtype); with add != 0, adds it onto out as
+ * float32 (the servers' sum). A damaged or foreign payload: -1 (BYTEPS_PROTOCOL) and out untouched. */
+int byteps_codec_decompress(const char* params, const char* tensor, int dtype, const void* payload, size_t len,
+                            size_t count, void* out, int add);
+
 const char* byteps_last_error(void);
 int byteps_last_error_code(void);
 

@@ -61,6 +61,46 @@ PYBIND11_MODULE(_core, m) {
     Check(NoGil([&] { return byteps_get_pushpull_speed(&ms, &mbps); }));
     return py::make_tuple(ms, mbps);
   });
+  // Gradient codecs (byteps_codec_*): `data` any contiguous buffer (e.g. a NumPy array); results
+  // are bytes. decompress with `add`: `acc` (count float32 values) plus the decoded part.
+  m.def(
+      "codec_compress",
+      [](const std::string& params, const std::string& tensor, int dtype, py::buffer data, size_t count, uint64_t key,
+         uint64_t round) {
+        py::buffer_info in = data.request();
+        const int64_t cap = byteps_codec_max_bytes(params.c_str(), tensor.c_str(), dtype, count);
+        if (cap < 0) Raise();
+        std::string out(static_cast<size_t>(cap), '\0');
+        const int64_t n = byteps_codec_compress(params.c_str(), tensor.c_str(), dtype, in.ptr, count, key, round,
+                                                out.data(), out.size());
+        if (n < 0) Raise();
+        out.resize(static_cast<size_t>(n));
+        return py::bytes(out);
+      },
+      py::arg("params"), py::arg("tensor"), py::arg("dtype"), py::arg("data"), py::arg("count"), py::arg("key") = 0,
+      py::arg("round") = 1);
+  m.def(
+      "codec_decompress",
+      [](const std::string& params, const std::string& tensor, int dtype, py::buffer payload, size_t count,
+         size_t element_size, py::object acc) {
+        py::buffer_info in = payload.request();
+        const bool add = !acc.is_none();
+        std::string out;
+        if (add) {
+          py::buffer_info a = acc.cast<py::buffer>().request();
+          out.assign(static_cast<const char*>(a.ptr), static_cast<size_t>(a.size * a.itemsize));
+        } else {
+          out.assign(count * element_size, '\0');
+        }
+        if (out.size() < count * (add ? sizeof(float) : element_size)) {
+          throw py::value_error("codec_decompress: the accumulator is smaller than count float32 values");
+        }
+        Check(byteps_codec_decompress(params.c_str(), tensor.c_str(), dtype, in.ptr,
+                                      static_cast<size_t>(in.size * in.itemsize), count, out.data(), add ? 1 : 0));
+        return py::bytes(out);
+      },
+      py::arg("params"), py::arg("tensor"), py::arg("dtype"), py::arg("payload"), py::arg("count"),
+      py::arg("element_size"), py::arg("acc") = py::none());
   m.def("is_initialized", [] { return byteps_is_initialized() != 0; });
   m.def("rank", [] { return Check(NoGil([] { return byteps_rank(); })); });
   m.def("size", [] { return Check(NoGil([] { return byteps_size(); })); });

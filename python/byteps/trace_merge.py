@@ -11,7 +11,10 @@ event's ``ts`` is shifted by that offset, so that all nodes read on the schedule
 ``pid`` becomes ``worker <rank>: <pid>`` or ``server <rank>`` so that the nodes stay apart.  Files
 of different jobs are refused (exit status 2), naming both files and both ids.  A file without
 ``otherData`` (the original BytePS writes none) is merged unshifted, its pids prefixed with its
-folder, with a warning.  docs/tracing.md, "Servers, clocks and merging".
+folder, with a warning.  A host's other local processes (``BYTEPS_LOCAL_SIZE > 1``) do not register
+with the scheduler, so their files carry no job or offset: they share their local root's machine
+and clock, so they take the job and the offset of the local rank 0 file next to them
+(``<dir>/0/comm.json``).  docs/tracing.md, "Servers, clocks and merging".
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ def merge(paths: Sequence[Path], roots: Sequence[str] = ()) -> tuple[dict, list[
     nodes: list[dict] = []
     warnings: list[str] = []
     job, job_file = "", None
-    for path in paths:
-        doc = load(path)
+    docs = [(path, load(path)) for path in paths]
+    roots_clock = _local_roots_clock(docs)
+    for path, doc in docs:
         other = doc.get("otherData")
         if not isinstance(other, dict):
             prefix = _folder(path, roots)
@@ -78,6 +82,10 @@ def merge(paths: Sequence[Path], roots: Sequence[str] = ()) -> tuple[dict, list[
             nodes.append({"file": str(path)})
             continue
         label = _label(other, path)
+        inherited = not other.get("job") and other.get("role") == "worker" and other.get("local_rank", 0) != 0 \
+            and path.parent.parent in roots_clock
+        if inherited:  # a local process: its host's root's job and clock
+            other = {**other, **roots_clock[path.parent.parent]}
         this_job = other.get("job") or ""
         if this_job and job and this_job != job:
             raise MergeError(f"{job_file} is from job {job} but {path} is from job {this_job}: traces of "
@@ -94,11 +102,22 @@ def merge(paths: Sequence[Path], roots: Sequence[str] = ()) -> tuple[dict, list[
             e["pid"] = label if other["role"] == "server" else f"{label}: {e.get('pid', '')}"
             events.append(e)
         nodes.append({"file": str(path), "role": other["role"], "rank": other["rank"], "job": this_job,
-                      "clock_offset_us": offset})
+                      "clock_offset_us": offset, **({"clock_from": "local rank 0"} if inherited else {})})
     events.sort(key=lambda e: (e.get("ts", 0) if isinstance(e.get("ts"), (int, float)) else 0))
     merged = {"traceEvents": events, "displayTimeUnit": "ms",
               "otherData": {"job": job, "clock": "the scheduler's", "nodes": nodes}}
     return merged, warnings
+
+
+def _local_roots_clock(docs: Sequence[tuple[Path, dict]]) -> dict[Path, dict]:
+    """{the folder holding a host's <local_rank>/comm.json files: its local root's job and offset}."""
+    out = {}
+    for path, doc in docs:
+        other = doc.get("otherData")
+        if isinstance(other, dict) and other.get("role") == "worker" and other.get("local_rank") == 0 \
+                and other.get("job"):
+            out[path.parent.parent] = {"job": other["job"], "clock_offset_us": other.get("clock_offset_us", 0)}
+    return out
 
 
 def _folder(path: Path, roots: Sequence[str]) -> str:

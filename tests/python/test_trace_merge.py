@@ -59,6 +59,25 @@ def test_merge_shifts_each_file_by_its_offset_and_keeps_nodes_apart(tmp_path: Pa
     assert len(merged["otherData"]["nodes"]) == 2
 
 
+def test_a_hosts_other_local_processes_take_their_roots_job_and_clock(tmp_path: Path) -> None:
+    """Local ranks 1.. do not register with the scheduler (no job, no offset in their files); they
+    share their root's machine, so its offset shifts them; another host's folder does not."""
+    _job_files(tmp_path / "trace")  # host A: local rank 0 (offset 250) and a server
+    _write(tmp_path / "trace" / "1" / "comm.json", [_event("Comm.w", "total", "Comm.w1", 1_000_000)],
+           {"role": "worker", "rank": 2, "local_rank": 1, "job": "", "clock_offset_us": 0})
+    _write(tmp_path / "other_host" / "1" / "comm.json", [_event("Comm.w", "total", "Comm.w3", 5_000_000)],
+           {"role": "worker", "rank": 3, "local_rank": 1, "job": "", "clock_offset_us": 0})
+    r = _merge("trace", "other_host", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    merged = json.loads((tmp_path / "trace_merged.json").read_text())
+    by_name = {e["name"]: e for e in merged["traceEvents"]}
+    assert by_name["Comm.w1"]["ts"] == 1_000_250  # its root's offset
+    assert by_name["Comm.w3"]["ts"] == 5_000_000  # no root of its own host here: unshifted
+    nodes = {n.get("rank"): n for n in merged["otherData"]["nodes"] if n.get("role") == "worker"}
+    assert nodes[2]["clock_from"] == "local rank 0" and nodes[2]["job"] == "00000000000000aa"
+    assert "clock_from" not in nodes[3]
+
+
 def test_merge_refuses_files_of_two_jobs_naming_both(tmp_path: Path) -> None:
     _job_files(tmp_path / "a", job="1111111111111111")
     _write(tmp_path / "b" / "0" / "comm.json", [_event("Comm.w", "total", "Comm.w", 5)],

@@ -76,6 +76,10 @@ elif action.startswith("exit"):
 elif action == "selfkill":
     time.sleep(0.2)
     os.kill(os.getpid(), signal.SIGUSR1)
+elif action.startswith("late"):  # fails on its own a second after another worker did
+    time.sleep(1.2)
+    print(f"LATE {rank}", flush=True)
+    code = int(action[4:])
 open(os.path.join(done_dir, str(rank)), "w").close()
 sys.exit(code)
 '''
@@ -184,6 +188,17 @@ def test_first_failure_propagates_and_kills_the_rest(job: Job) -> None:
     r = job.run(["-n", "3"], ["sleep30", "exit3", "sleep30"])
     assert r.returncode == 3
     assert "bpsrun: worker:1 exited with code 3; stopping the job" in r.stderr
+    assert r.elapsed < 5
+    job.assert_no_survivors()
+
+
+def test_after_a_failure_the_others_may_still_say_why_before_being_stopped(job: Job) -> None:
+    # Worker 1 fails 1.2 s after worker 0 did (as workers do when the scheduler tells them the job
+    # failed): its own account reaches the output before anything is stopped; the job's code is the
+    # first failure's.
+    r = job.run(["-n", "2"], ["exit3", "late5"])
+    assert r.returncode == 3
+    assert "[worker:1] LATE 1" in r.stdout, r.stdout
     assert r.elapsed < 5
     job.assert_no_survivors()
 

@@ -38,8 +38,10 @@ distributed job runs, ``byteps top`` on this machine finds it (:mod:`byteps.laun
 Exit status: 0 when every process exited 0; otherwise the code of the first process that
 failed (128+N if it was killed by signal N); 1 when the scheduler/servers did not exit by
 themselves after the workers finished; 124 on ``--timeout``; 130/143 when bpsrun itself got
-SIGINT/SIGTERM; 127 when something could not be started; 2 for bad arguments.  Whatever the
-outcome, every process group bpsrun started is killed before it returns.
+SIGINT/SIGTERM; 127 when something could not be started; 2 for bad arguments.  After the first
+failure the other processes get 2 seconds to exit by themselves (they are usually failing too, and
+their own messages say why) before they are stopped.  Whatever the outcome, every process group
+bpsrun started is killed before it returns.
 """
 
 from __future__ import annotations

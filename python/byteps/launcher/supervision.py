@@ -205,12 +205,28 @@ class Wording:
     failure: Optional[str] = "stopping the job"
 
 
+# After a child failed, the others are usually failing too (the scheduler tells every node): they get
+# this long to exit by themselves, printing their own account, before they are stopped.
+FAILURE_SETTLE_S = 2.0
+
+
+def settle(children: list[Child], waker: Waker, seconds: float = FAILURE_SETTLE_S) -> None:
+    """Waits up to *seconds* for every child to exit by itself (returns early on a signal to us)."""
+    end = time.monotonic() + seconds
+    while waker.stop.signum is None and any(c.status() is None for c in children):
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        waker.wait(left)
+
+
 def supervise(children: list[Child], waker: Waker, console: Console, *,
               timeout: Optional[float] = None, services_wait: Optional[float] = None,
               wording: Wording = Wording()) -> int:
     """Waits for the job and returns its exit code as soon as the outcome is known.
 
-    Every child must exit 0.  With ``services_wait``, only the ``"worker"`` children must end
+    Every child must exit 0; after one failed, the others get FAILURE_SETTLE_S seconds to exit by
+    themselves before the caller stops them.  With ``services_wait``, only the ``"worker"`` children must end
     by themselves; the others (scheduler, servers) then have ``services_wait`` seconds to follow
     them out.  ``timeout``: seconds for the whole job.
     """
@@ -238,6 +254,7 @@ def supervise(children: list[Child], waker: Waker, console: Console, *,
                     console.note(f"{label} had exited with code 0 before the workers finished")
                 suffix = f"; {wording.failure}" if wording.failure else ""
                 console.note(f"{child.label} {describe(status)}{suffix}")
+                settle(children, waker)
                 return exit_code(status)
             finished.add(child.label)
             if child in services and services_deadline is None:

@@ -202,4 +202,26 @@ std::string Params::ToString() const {
   return s;
 }
 
+std::string Params::ToAttrs() const {
+  std::string s = ToString();
+  std::replace(s.begin(), s.end(), ',', ';');
+  return s;
+}
+
+bool IsParamKey(const std::string& key) {
+  static const char* const kKeys[] = {"compressor", "k",         "scaling",   "ef",  "momentum",
+                                      "mu",         "seed",      "partition", "normalize", "cast"};
+  const std::string k = CanonicalKey(Lower(key));
+  return std::any_of(std::begin(kKeys), std::end(kKeys), [&](const char* x) { return k == x; });
+}
+
+StatusOr<Params> ParamsFromAttrs(const std::vector<std::pair<std::string, std::string>>& attrs,
+                                 const std::string& tensor) {
+  std::vector<std::pair<std::string, std::string>> kv;
+  for (const auto& a : attrs)
+    if (IsParamKey(a.first)) kv.push_back(a);
+  if (kv.empty()) return Params{};
+  return ParseParams(kv, tensor);
+}
+
 }  // namespace byteps::compress

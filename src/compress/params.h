@@ -37,6 +37,10 @@ struct Params {
   // Canonical form: the keys that apply, in a fixed order, e.g.
   // "compressor=topk,k=0.01,ef=vanilla,cast=fp16". Equal parameters give equal strings.
   std::string ToString() const;
+  // The same as declaration attributes (protocol::KeyInit::attrs): ';' between the pairs, e.g.
+  // "compressor=topk;k=0.01;ef=vanilla". The workers put it on a compressed tensor's keys; the
+  // servers compare it across workers and build their codec from it (ParamsFromAttrs).
+  std::string ToAttrs() const;
   bool operator==(const Params&) const = default;
 };
 
@@ -51,6 +55,13 @@ struct Params {
 // (k for topk/randomk/dithering, mu for nesterov), a key that does not apply to the compressor.
 StatusOr<Params> ParseParams(const std::vector<std::pair<std::string, std::string>>& kv,
                              const std::string& tensor);
+
+// Whether `key` (any case) is a compression key: one of ParseParams's keys or the original's aliases.
+bool IsParamKey(const std::string& key);
+// ParseParams over the compression keys among `attrs` (declaration attributes, the others
+// ignored); nothing configured when there are none.
+StatusOr<Params> ParamsFromAttrs(const std::vector<std::pair<std::string, std::string>>& attrs,
+                                 const std::string& tensor);
 
 const char* CompressorName(Compressor c);
 const char* WireCastName(WireCast c);

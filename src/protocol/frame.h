@@ -13,7 +13,7 @@
 namespace byteps::protocol {
 
 inline constexpr uint32_t kMagic = 0x31535042;  // "BPS1" read as little-endian bytes
-inline constexpr uint8_t kWireVersion = 14;
+inline constexpr uint8_t kWireVersion = 15;
 inline constexpr size_t kHeaderSize = 48;
 
 enum class Opcode : uint8_t {
@@ -68,6 +68,10 @@ inline constexpr uint16_t kFlagJobFatal = 0x0001;
 // processes per host) and its share is zeros: a concatenation's or a "join=fail" key's round fails
 // (kMismatch), as while a worker has joined.
 inline constexpr uint16_t kFlagJoinedShare = 0x0002;
+// Header flag bit of kPushPull and kPushPullReply: the payload is a compressed partition (a codec's
+// payload, docs/wire-format.md "Compressed payloads"; the key was declared with compression
+// attributes, compress::Params::ToAttrs), not its raw bytes: payload_len is the payload's length.
+inline constexpr uint16_t kFlagCompressed = 0x0004;
 
 // Header flag bit owned by the transport (upper layers use the other 15 bits of `flags`; the
 // transport sets or clears this one on every frame it sends): the header's bytes 18..19 hold the low 16 bits of the CRC-32C of the header (with

@@ -396,6 +396,7 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
   ks.round_error = JoinedRoundError(ks, key, absent, ks.joined_shares);
+  if (ks.compressed && ks.round_error.ok()) [[unlikely]] ks.round_error = FinishCompressed(ks, key);  // ks.result
   ks.joined_shares.clear();
   if (!ks.round_error.ok()) {
     BYTEPS_LOG(Error, "{}", ks.round_error.message());
@@ -418,18 +419,7 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
     ReduceInto(ks.accum.get(), zeros().get(), ks.init.bytes / DataTypeSize(*dt), *dt, ks.kind);
   }
   if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
-  if (ks.compressed) [[unlikely]] {
-    if (Status st = FinishCompressed(ks, key); !st.ok()) {
-      BYTEPS_LOG(Error, "{}", st.message());
-      ks.round_error = st;
-      ks.result.reset();
-      for (const Waiter& w : waiters) ReplyError(w.conn, key, w.request_id, ks.round_error);
-      MaybeFree(key);
-      return;
-    }
-  } else {
-    ks.result = std::move(ks.accum);
-  }
+  if (!ks.compressed) ks.result = std::move(ks.accum);
   const int64_t summed_ns = TraceSummed(ks);
   for (const Waiter& w : waiters) ReplySum(ks, key, w);
   NoteRoundReplied(ks, key, summed_ns);

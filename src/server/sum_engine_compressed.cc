@@ -49,8 +49,8 @@ Status SumEngine::AddCompressed(KeyState& ks, const PushTask& t) {
 Status SumEngine::FinishCompressed(KeyState& ks, uint64_t key) {
   auto out = ks.compressed->Finish(key, ks.completed_round);
   if (!out.ok()) {
-    return out.status().WithContext(
-        fmt::format("tensor '{}' (key {}) round {}: compressing the round's sum", ks.init.name, key, ks.completed_round));
+    return out.status().WithContext(fmt::format("tensor '{}' (key {}) round {}: compressing the round's sum",
+                                                ks.init.name, key, ks.completed_round));
   }
   ks.result = std::move(out->first);
   ks.result_len = out->second;

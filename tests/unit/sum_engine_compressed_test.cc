@@ -199,6 +199,51 @@ TEST_F(SumEngineCompressedTest, ADamagedPushIsANamedErrorAndAGoodResendCompletes
   EXPECT_EQ(Reply(1).payload, Bytes(want));
 }
 
+TEST_F(SumEngineCompressedTest, ASumTheCodecCannotCompressFailsThatRoundOnly) {
+  // Dithering cannot quantise inf: two pushes of 3e38 sum past float32's range. That round fails
+  // for every worker, naming the tensor, key and round; the next round is fine.
+  const size_t n = 4;
+  const std::string attrs = "compressor=dithering;k=4";
+  Start(2);
+  Init(6, kF32, n, "huge", protocol::kOpSum, attrs);
+  auto codec = CodecOf(attrs, kF32);
+  const auto push = [&](uint32_t round, float v) {
+    std::vector<float> x(n, v);
+    std::vector<uint8_t> out(codec->MaxCompressedBytes(n));
+    auto len = codec->Compress(x.data(), n, 6, round, out.data(), out.size());
+    ASSERT_TRUE(len.ok()) << len.status().ToString();
+    out.resize(len.value());
+    for (int w = 0; w < 2; ++w) PushPayload(6, round, w, out, kF32);
+  };
+  push(1, 3e38f);
+  for (int w = 0; w < 2; ++w) {
+    Status st = NextError(conns_[w]);
+    EXPECT_TRUE(Has(st.message(), "tensor 'huge' (key 6) round 1: compressing the round's sum")) << st.message();
+  }
+  push(2, 1.0f);
+  for (int w = 0; w < 2; ++w) EXPECT_EQ(Reply(w).header.round, 2u);
+}
+
+TEST_F(SumEngineCompressedTest, AJoinedWorkerAddsNothingToACompressedSum) {
+  const size_t n = 8;
+  const std::string attrs = "cast=fp16";
+  constexpr uint64_t kJoin = 900;
+  Start(2);
+  Init(kJoin, DataType::kInt32, 1, "__byteps.join", protocol::kOpJoin);
+  Init(2, kF32, n, "g", protocol::kOpSum, attrs);
+  auto codec = CodecOf(attrs, kF32);
+  for (int w = 0; w < 2; ++w) PushPayload(2, 1, w, Payload(*codec, kF32, n, 2, 1, w), kF32);
+  for (int w = 0; w < 2; ++w) (void)Reply(w);
+  Push(kJoin, 1, 1, testing::Encode(DataType::kInt32, {1}), DataType::kInt32);  // worker 1 joins
+  auto p0 = Payload(*codec, kF32, n, 2, 2, 0);
+  PushPayload(2, 2, 0, p0, kF32);
+  std::vector<float> sum(n, 0.0f);
+  ASSERT_TRUE(codec->DecompressAdd(p0.data(), p0.size(), n, sum.data()).ok());
+  std::vector<uint8_t> want(codec->MaxCompressedBytes(n));
+  want.resize(codec->Compress(sum.data(), n, 2, 2, want.data(), want.size()).value());
+  EXPECT_EQ(Reply(0).payload, Bytes(want));
+}
+
 TEST_F(SumEngineCompressedTest, APushWhoseFlagDisagreesWithTheKeyIsANamedError) {
   const size_t n = 8;
   Start(2);

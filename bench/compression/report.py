@@ -61,7 +61,7 @@ def tables(doc: dict) -> str:
                   f"{'vs none':>8} {'pulled B/it':>12}"]
         for r in doc["digits"]:
             if "error" in r:
-                lines.append(f"{r['compressor']:11} failed: {r['error']}; {r['tail'].splitlines()[-1:] or ''}")
+                lines.append(f"{r['compressor']:11} failed: {r['error']}; {(r['tail'].splitlines() or [''])[-1]}")
                 continue
             it = r.get("iter_time_s")
             lines.append(f"{r['compressor']:11} {_f(r['accuracy'], '.4f', 9)} {_f(r.get('time_to_target_s'), '.2f', 11)} "
@@ -75,7 +75,7 @@ def tables(doc: dict) -> str:
         for r in doc["vgg16"]:
             name = {"compute": "compute only", "none": "byteps, none"}.get(r.get("label"), f"byteps, {r.get('label')}")
             if "error" in r:
-                lines.append(f"{name:22} failed: {r['error']}; {r['tail'].splitlines()[-1:] or ''}")
+                lines.append(f"{name:22} failed: {r['error']}; {(r['tail'].splitlines() or [''])[-1]}")
                 continue
             speed = s.get("speedup") if r["label"] == s.get("compressed") else (1.0 if r["label"] == "none" else None)
             lines.append(f"{name:22} {_f(r['iter_time_s'], '.3f', 9)} {_f(speed, '.2f', 8)}")

@@ -61,9 +61,17 @@ def test_none_runs_first() -> None:
 
 
 def _compression_api() -> bool:
+    """Issue 32's compression in both the plugin and the core this checkout built."""
     import byteps.torch as bps  # noqa: PLC0415
+    from byteps import _basics  # noqa: PLC0415
 
-    return hasattr(bps.Compression, "named")
+    core = _basics.core()
+    return (hasattr(bps.Compression, "named") and hasattr(core, "declare_tensor_params")
+            and hasattr(core, "set_learning_rate"))
+
+
+# What a run asking for a compressor says where the plugin or the core predates compression.
+MISSING = ("Compression.named", "this byteps core has no")
 
 
 def test_end_to_end_local(tmp_path) -> None:
@@ -96,5 +104,5 @@ def test_end_to_end_local(tmp_path) -> None:
         assert doc["vgg16_summary"]["speedup"] > 0
     else:  # before issue 32's core: the onebit runs fail, saying why
         assert rc == 1
-        assert "Compression.named" in digits["onebit"]["tail"], digits["onebit"]
-        assert "Compression.named" in vgg["onebit"]["tail"], vgg["onebit"]
+        assert any(m in digits["onebit"]["tail"] for m in MISSING), digits["onebit"]
+        assert any(m in vgg["onebit"]["tail"] for m in MISSING), vgg["onebit"]

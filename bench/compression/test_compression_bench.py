@@ -2,7 +2,7 @@
 end to end on loopback (``--local``: bpsrun, 2 workers, 1 server), tiny runs with no
 compression and with onebit.  The onebit runs need issue 32's compression in the core and
 ``byteps.torch.Compression.named``; where that is missing the test checks the runner says so.
-About 30 s.
+About 45-60 s (five small jobs).
 """
 
 from __future__ import annotations

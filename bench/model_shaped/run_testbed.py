@@ -3,7 +3,8 @@ docs/benchmarks.md: images/sec of byteps (with priority scheduling), byteps with
 DDP (gloo bucketed all-reduce), n workers + n servers on separate hosts, links shaped to R.
 
     python3 -m bench.model_shaped.run_testbed [--models vgg16,resnet50] [--n 4,8] \
-        [--modes byteps,byteps-nopriority,ddp] [--k n] [--rate 1000] [--iters 6] [--warmup 1] [--out DIR]
+        [--modes byteps,byteps-nopriority,ddp] [--k n] [--rate 1000] [--iters 6] [--warmup 1] [--out DIR] \
+        [--compression NAME]
 
 Each (model, n, k, mode) gets a fresh testbed and one job; rank 0's RESULT line is collected.
 ``--k`` takes bench.collective.run's server placement tokens (comma-separated; byteps modes
@@ -15,6 +16,8 @@ DIR/model_shaped.json as they come, so an interrupted run keeps what it measured
 byteps modes run with tuned settings for 1 Gbit/s-class links (docs/benchmarks.md, "Partition
 size, connections and credit"): BYTEPS_PARTITION_BYTES=262144, BYTEPS_CONNECTIONS_PER_PEER=1 and
 the workload's --credit; with ``--defaults`` they set nothing (what a new user gets).
+``--compression NAME`` (none, fp16, onebit, topk, randomk, dithering) compresses the byteps
+modes' gradients (the workload's --compression); mode "compute" replays the compute alone.
 """
 from __future__ import annotations
 
@@ -41,18 +44,32 @@ def placement_of(token: str, n: int) -> tuple[int, str, str]:
     return server_count(n, k, placement), placement, label
 
 
-def run_one(model: str, n: int, mode: str, args: argparse.Namespace, k_token: str = "n",
-            extra_env: dict | None = None, wrap_argv=None) -> dict:
-    """One job; rank 0's RESULT. extra_env is added to every process's environment and
-    wrap_argv(argv) may wrap the workers' command (bench.trace_overhead)."""
+def workload_argv(model: str, mode: str, args: argparse.Namespace) -> list[str]:
+    """The workers' command for one job (``args``: this module's options)."""
     argv = [sys.executable, "-m", "bench.model_shaped.workload", "--model", model, "--mode", mode,
             "--iters", str(args.iters), "--warmup", str(args.warmup), "--link-gbit", str(args.rate / 1000)]
     if mode.startswith("byteps") and not args.defaults:
         argv += ["--credit", str(args.credit)]
+    compression = getattr(args, "compression", "none")
+    if compression != "none" and mode.startswith("byteps"):
+        argv += ["--compression", compression]
     if args.time_scale != 1.0 or args.shrink != 1:  # smoke runs only: not comparable figures
         argv += ["--time-scale", str(args.time_scale), "--shrink", str(args.shrink)]
-    env = {**({} if args.no_tuned or args.defaults else TUNED), "GLOO_SOCKET_IFNAME": "eth0", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600", **(extra_env or {})}
+    return argv
+
+
+def workload_env(args: argparse.Namespace) -> dict[str, str]:
+    """The settings every process of a job gets (tuned byteps settings unless switched off)."""
+    return {**({} if args.no_tuned or args.defaults else TUNED), "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": f"{REPO}:{REPO / 'python'}", "BYTEPS_TIMEOUT": "600"}
+
+
+def run_one(model: str, n: int, mode: str, args: argparse.Namespace, k_token: str = "n",
+            extra_env: dict | None = None, wrap_argv=None) -> dict:
+    """One job; rank 0's RESULT. extra_env is added to every process's environment and
+    wrap_argv(argv) may wrap the workers' command (bench.trace_overhead)."""
+    argv = workload_argv(model, mode, args)
+    env = {**workload_env(args), "GLOO_SOCKET_IFNAME": "eth0", **(extra_env or {})}
     if wrap_argv is not None:
         argv = wrap_argv(argv)
     servers, placement, _ = placement_of(k_token, n) if mode.startswith("byteps") else (n, SEPARATE, "")
@@ -88,6 +105,9 @@ def main(argv=None) -> int:
                          "--warmup 16 so the online tuner has settled before the timed iterations")
     ap.add_argument("--time-scale", type=float, default=1.0, help="smoke tests only")
     ap.add_argument("--shrink", type=int, default=1, help="smoke tests only")
+    ap.add_argument("--compression", default="none",
+                    choices=("none", "fp16", "onebit", "topk", "randomk", "dithering"),
+                    help="gradient compression of the byteps modes (byteps.torch.Compression.named)")
     args = ap.parse_args(argv)
     ks = args.k.split(",")
     for n in (int(x) for x in args.n.split(",")):
@@ -113,11 +133,13 @@ def main(argv=None) -> int:
         print(f"[{time.monotonic() - t0:6.0f}s] {model} n={n} k={label} {mode} ...", flush=True)
         r = run_one(model, n, mode, args, token)
         r.update({"model": model, "workers": n, "mode": mode, "rate_mbit": args.rate,
-                  "k_label": label})
+                  "k_label": label, "compression": args.compression if mode.startswith("byteps") else "none"})
         rows.append(r)
         path.write_text(json.dumps(rows, indent=1))
         print(f"         -> {r.get('img_per_sec', r.get('error'))}", flush=True)
     print()
+    if args.compression != "none":
+        print(f"byteps modes with gradient compression {args.compression}")
     print(f"{'model':9} {'n':>2} {'k':>6} {'byteps':>9} {'no-prio':>9} {'DDP':>9} {'byteps/DDP':>11} {'prio gain':>10} {'paper':>6}")
     for model in args.models.split(","):
         for n, token in ((int(x), t) for x in args.n.split(",") for t in ks):

@@ -4,7 +4,8 @@ Run as every worker of a job (bpsrun, bpslaunch or the testbed's launcher)::
 
     python3 -m bench.model_shaped.workload --model vgg16|resnet50 \\
         --mode byteps|byteps-nopriority|ddp|byteps-optimizer|byteps-cross-barrier|ddp-torch \\
-        --iters N --warmup W --link-gbit 1.0 [--time-scale S] [--shrink K] [--credit C]
+        --iters N --warmup W --link-gbit 1.0 [--time-scale S] [--shrink K] [--credit C] \\
+        [--compression NAME]
 
 Every worker holds float32 gradient tensors with the model's names and shapes (parameters of
 a dummy ``nn.Module`` built in forward order, so ``named_parameters()`` is the model's) and
@@ -40,9 +41,17 @@ Modes (README.md, "Method"):
   autograd functions that sleep the layer times drives the real
   ``byteps.torch.DistributedOptimizer`` (its hooks; ``step()`` waits for every gradient
   before the next forward) or the real ``torch.nn.parallel.DistributedDataParallel``.
+* ``compute``: the replay with no communication at all (the compute time alone, as measured
+  here: the profile's compute time plus the replay's own overhead).
 * ``byteps-cross-barrier``: the same chain with the real ``byteps.torch.cross_barrier.CrossBarrier``:
   ``step()`` returns at once, and before each layer's forward the pre-hooks of the modules
   holding its parameters wait for their updates (what ``nn.Module.__call__`` would run).
+
+``--compression NAME`` (byteps modes; none, fp16, onebit, topk, randomk, dithering): every
+gradient is compressed on the wire with ``byteps.torch.Compression.named(NAME)``'s parameters,
+declared per tensor name (``declare_tensor_params``) before the first push_pull, so the
+push_pulls carry them; byteps-optimizer passes the compressor to DistributedOptimizer.  Tensors
+under BYTEPS_MIN_COMPRESS_BYTES (default 64 KiB: VGG-16's biases) stay uncompressed.
 
 Rank 0 prints each timed iteration and a final ``RESULT {...}`` JSON line: img_per_sec
 (= 64 x workers / mean iteration time, measured here), img_per_sec_v100 (the same in the time
@@ -76,7 +85,8 @@ from . import profiles
 
 REPO = Path(__file__).resolve().parents[2]
 BATCH = profiles.BATCH
-MODES = ("byteps", "byteps-nopriority", "ddp", "byteps-optimizer", "byteps-cross-barrier", "ddp-torch")
+MODES = ("byteps", "byteps-nopriority", "ddp", "byteps-optimizer", "byteps-cross-barrier", "ddp-torch", "compute")
+COMPRESSIONS = ("none", "fp16", "onebit", "topk", "randomk", "dithering")
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DDP's bucket_cap_mb default
 DDP_FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 
@@ -98,6 +108,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--credit", type=int, default=None,
                    help="sets BYTEPS_SCHEDULING_CREDIT (partitions in flight) before joining")
     p.add_argument("--no-check", action="store_true", help="skip the check of the averaged values")
+    p.add_argument("--compression", choices=COMPRESSIONS, default="none",
+                   help="byteps modes: gradient compression (byteps.torch.Compression.named)")
     args = p.parse_args(argv)
     if args.iters < 1 or args.warmup < 0:
         p.error("--iters must be >= 1 and --warmup >= 0")
@@ -105,7 +117,33 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error("--link-gbit and --time-scale must be positive")
     if args.shrink < 1:
         p.error("--shrink must be >= 1")
+    if args.compression != "none" and args.mode not in ("byteps", "byteps-nopriority", "byteps-optimizer"):
+        p.error(f"--compression applies to byteps, byteps-nopriority and byteps-optimizer, not to {args.mode}")
+    if args.compression not in ("none", "fp16") and not args.no_check:
+        args.no_check = True  # a lossy compressor does not return the exact averaged marker
     return args
+
+
+def compressor(name: str):
+    """``byteps.torch.Compression.named(name)``, or a clear exit when this build lacks it."""
+    import byteps.torch as bps  # noqa: PLC0415
+
+    named = getattr(bps.Compression, "named", None)
+    if named is None:
+        if name == "none":
+            return bps.Compression.none
+        raise SystemExit(f"model_shaped: --compression {name}: this byteps has no "
+                         f"byteps.torch.Compression.named (the gradient compression API of issue 32 "
+                         f"is not in this build)")
+    return named(name)
+
+
+def compression_params(name: str) -> dict[str, str]:
+    """The declaration parameters of compressor ``name`` (its ``attrs``, as a dict); {} for none."""
+    if name == "none":
+        return {}
+    attrs = getattr(compressor(name), "attrs", "")
+    return dict(kv.split("=", 1) for kv in attrs.split(";") if "=" in kv)
 
 
 # --------------------------------------------------------------------------------------------
@@ -196,8 +234,9 @@ def _check(value: float, expected: float, what: str) -> None:
 class BytePSComm:
     """push_pull per gradient, per-tensor waits (the byteps modes)."""
 
-    def __init__(self, replay: Replay, priority: bool, check: bool) -> None:
+    def __init__(self, replay: Replay, priority: bool, check: bool, compression: str = "none") -> None:
         import byteps.torch as bps  # noqa: PLC0415
+        from byteps import _basics  # noqa: PLC0415
         from byteps.torch import ops  # noqa: PLC0415
 
         self.bps, self.replay, self.check = bps, replay, check
@@ -205,8 +244,15 @@ class BytePSComm:
         self.grads = [torch.zeros(s) for s in replay.shapes]
         for p, g in zip(replay.params, self.grads):
             p.grad = g
+        params = compression_params(compression)
+        declare_params = getattr(_basics.core(), "declare_tensor_params", None)
+        if params and declare_params is None:
+            raise SystemExit(f"model_shaped: --compression {compression}: this byteps core has no "
+                             f"declare_tensor_params (issue 32's per-name compression parameters)")
         # Declared in backward order, in both modes (see the module docstring).
         for i in reversed(range(len(self.grads))):
+            if params:  # before the declaration: every push_pull of the name carries them
+                declare_params(_basics.core_name("Gradient." + replay.names[i]), params)
             ops.declare_tensor("Gradient." + replay.names[i], self.grads[i])
         self.priority = [-i if priority else 0 for i in range(len(self.grads))]
         self.handles: dict[int, int] = {}
@@ -396,10 +442,34 @@ class _NullSGD(torch.optim.SGD):
         del closure
 
 
+class NullComm:
+    """No communication (the compute mode): only the start and end barriers go through byteps."""
+
+    def __init__(self) -> None:
+        import byteps.torch as bps  # noqa: PLC0415
+
+        self.bps = bps
+
+    def barrier(self, name: str) -> None:
+        self.bps.push_pull_inplace(torch.zeros(1), name="model_shaped." + name)
+
+    def ready(self, layer: Layer) -> None:
+        del layer
+
+    def wait_layer(self, layer: Layer, stream: Stream) -> None:
+        del layer, stream
+
+    def drain(self, stream: Stream) -> None:
+        del stream
+
+    def finish(self) -> None:
+        self.bps.shutdown()
+
+
 class AutogradRunner:
     """One iteration through autograd with the real DistributedOptimizer or DDP."""
 
-    def __init__(self, replay: Replay, stream: Stream, mode: str) -> None:
+    def __init__(self, replay: Replay, stream: Stream, mode: str, compression: str = "none") -> None:
         self.replay, self.stream, self.mode = replay, stream, mode
         for p in replay.params:
             p.grad = torch.zeros_like(p)
@@ -421,7 +491,8 @@ class AutogradRunner:
                                               named_parameters=replay.module.named_parameters())
             else:
                 self.optimizer = bps.DistributedOptimizer(_NullOptimizer(replay.module.parameters()),
-                                                          named_parameters=replay.module.named_parameters())
+                                                          named_parameters=replay.module.named_parameters(),
+                                                          compression=compressor(compression))
         self.x = torch.zeros(())
 
     def barrier(self, name: str) -> None:
@@ -532,11 +603,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     check = not args.no_check
     if args.mode in ("byteps", "byteps-nopriority"):
-        comm = BytePSComm(replay, priority=args.mode == "byteps", check=check)
+        comm = BytePSComm(replay, priority=args.mode == "byteps", check=check, compression=args.compression)
     elif args.mode == "ddp":
         comm = DDPComm(replay, check=check)
+    elif args.mode == "compute":
+        comm = NullComm()
     else:
-        comm = AutogradRunner(replay, Stream(), args.mode)
+        comm = AutogradRunner(replay, Stream(), args.mode, args.compression)
     log(f"model-shaped {args.model} ({args.mode}): {len(replay.tensors)} tensors, "
         f"{replay.nbytes / 1e6:.1f} MB of gradients, {workers} worker(s); compute "
         f"{replay.compute_s:.3f} s per iteration (V100 {replay.profile.iteration_s * 1e3:.1f} ms "
@@ -553,7 +626,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     img_s = BATCH * workers / iter_s
     dilation = profiles.link_scale(args.link_gbit) * args.time_scale
     result = {
-        "model": args.model, "mode": args.mode, "workers": workers,
+        "model": args.model, "mode": args.mode, "workers": workers, "compression": args.compression,
         "servers": int(os.environ.get("DMLC_NUM_SERVER", "0")) if args.mode.startswith("byteps") else 0,
         "img_per_sec": round(img_s, 4), "img_per_sec_v100": round(img_s * dilation, 2),
         "iter_time_s": round(iter_s, 6),

@@ -54,7 +54,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv, description=__doc__.splitlines()[0], extra=add_accumulate)
     if args.accumulate < 1:
         raise SystemExit("--accumulate must be at least 1")
-    backend = TorchDDPBackend() if args.ddp_baseline else BytePSDDPBackend()
+    if args.compression != "none":
+        raise SystemExit(f"train_ddp.py: --compression {args.compression}: compression is train_digits.py's "
+                         f"(DistributedOptimizer); this script's DistributedDataParallel takes none")
+    backend = TorchDDPBackend() if args.ddp_baseline else BytePSDDPBackend(wire_bytes=args.wire_bytes)
     train(backend, args, accumulate=args.accumulate)
     backend.finish()
     return 0

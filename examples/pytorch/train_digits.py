@@ -17,6 +17,13 @@ Rank 0 shows a tqdm progress bar when stderr is a terminal and prints one line p
 the end it prints the test accuracy, the throughput (training samples per second, summed over
 the workers) and a machine-readable ``RESULT {...}`` line.
 
+``--compression NAME`` (none, fp16, onebit, topk, randomk, dithering; default none) compresses
+the gradients on the wire (``byteps.torch.Compression.named``, passed to DistributedOptimizer;
+the summary names it).  Every tensor of this model is under BYTEPS_MIN_COMPRESS_BYTES (64 KiB by
+default) and so travels uncompressed unless that is lowered: ``BYTEPS_MIN_COMPRESS_BYTES=0``.
+``--wire-bytes`` adds the payload bytes each step pushes and pulls (this worker's metrics
+endpoint, docs/metrics.md) to the RESULT line, which also carries the accuracy after each epoch.
+
 ``--ddp-baseline`` trains the same model the same way with ``torch.nn.parallel.
 DistributedDataParallel`` over torch.distributed (gloo) instead of byteps, for comparison (rank
 and world size from RANK/WORLD_SIZE or DMLC_WORKER_ID/DMLC_NUM_WORKER; see
@@ -61,12 +68,36 @@ def parse_args(argv: Optional[Sequence[str]] = None, description: str = __doc__.
     p.add_argument("--seed", type=int, default=0, help="model init and shuffling")
     p.add_argument("--ddp-baseline", action="store_true",
                    help="use torch DistributedDataParallel (gloo) instead of byteps")
+    p.add_argument("--compression", default="none", choices=COMPRESSIONS,
+                   help="gradient compression of the byteps DistributedOptimizer "
+                        "(byteps.torch.Compression.named); tensors under BYTEPS_MIN_COMPRESS_BYTES "
+                        "(default 64 KiB, more than any of this model's) travel uncompressed")
+    p.add_argument("--wire-bytes", action="store_true",
+                   help="byteps: count the payload bytes this worker pushes and pulls per step "
+                        "(its metrics endpoint, docs/metrics.md, scraped before and after training)")
     if extra is not None:
         extra(p)
     args = p.parse_args(argv)
     if args.epochs < 1 or args.batch_size < 1 or args.lr <= 0:
         p.error("--epochs and --batch-size must be at least 1 and --lr positive")
+    if args.ddp_baseline and args.compression != "none":
+        p.error("--compression applies to byteps only, not to --ddp-baseline")
     return args
+
+
+COMPRESSIONS = ("none", "fp16", "onebit", "topk", "randomk", "dithering")
+
+
+def compressor(name: str):
+    """``byteps.torch.Compression.named(name)``; "none" also without it (older builds)."""
+    named = getattr(bps.Compression, "named", None)
+    if named is None:
+        if name == "none":
+            return bps.Compression.none
+        raise SystemExit(f"train_digits: --compression {name}: this byteps has no "
+                         f"byteps.torch.Compression.named (the gradient compression API of issue 32 "
+                         f"is not in this build); only --compression none works here")
+    return named(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,12 +178,16 @@ class BytePSOptimizerBackend(Backend):
 
     mode = "byteps"
 
-    def __init__(self) -> None:
+    def __init__(self, compression: str = "none", wire_bytes: bool = False) -> None:
+        self.compression_name = compression
+        self.compression = compressor(compression)
+        self.metrics_url = _own_metrics_url() if wire_bytes else None
         bps.init()
         self.rank, self.size = bps.rank(), bps.size()
 
     def wrap(self, model, optimizer):
-        optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        optimizer = bps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=self.compression)
         bps.broadcast_parameters(model.state_dict(), root_rank=0)
         bps.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
@@ -163,6 +198,35 @@ class BytePSOptimizerBackend(Backend):
 
     def finish(self) -> None:
         bps.shutdown()
+
+
+def _own_metrics_url() -> str:
+    """Makes this worker serve its metrics (docs/metrics.md) and returns the endpoint's URL:
+    BYTEPS_METRICS_PORT as set (a launcher's per-process port), else a port free right now."""
+    import socket  # noqa: PLC0415
+
+    port = int(os.environ.get("BYTEPS_METRICS_PORT", "0") or 0)
+    host = os.environ.get("DMLC_NODE_HOST", "").strip() or "127.0.0.1"
+    if port <= 0:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        os.environ["BYTEPS_METRICS_PORT"] = str(port)
+    return f"http://{host}:{port}/metrics"
+
+
+def wire_bytes(url: str) -> tuple[float, float]:
+    """(payload bytes pushed, pulled) so far by this worker, summed over the servers."""
+    import urllib.request  # noqa: PLC0415
+
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    sums = {"byteps_worker_pushed_bytes_total": 0.0, "byteps_worker_pulled_bytes_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in sums:
+            sums[name] += float(line.rsplit(" ", 1)[1])
+    return sums["byteps_worker_pushed_bytes_total"], sums["byteps_worker_pulled_bytes_total"]
 
 
 class TorchDDPBackend(Backend):
@@ -230,10 +294,14 @@ def train(backend: Backend, args: argparse.Namespace, accumulate: int = 1) -> di
     torch.manual_seed(args.seed)
     model = build_model()
     model, optimizer = backend.wrap(model, torch.optim.Adam(model.parameters(), lr=args.lr))
+    compression = getattr(backend, "compression_name", "none")
     log(f"{backend.mode}: {size} worker(s), {len(x_mine)} training samples each, "
-        f"{len(x_test)} test samples, batch {args.batch_size}, lr {args.lr}")
+        f"{len(x_test)} test samples, batch {args.batch_size}, lr {args.lr}, compression {compression}")
 
-    train_time, samples, loss = 0.0, 0, float("nan")
+    url = getattr(backend, "metrics_url", None)
+    bytes_before = wire_bytes(url) if url else None
+    train_time, samples, loss, steps = 0.0, 0, float("nan"), 0
+    curve = []  # per epoch: accuracy after it and the training time so far
     for epoch in range(args.epochs):
         batches = epoch_batches(x_mine, y_mine, args.batch_size, seed=args.seed + 1000 * epoch + rank)
         start = time.perf_counter()
@@ -241,8 +309,11 @@ def train(backend: Backend, args: argparse.Namespace, accumulate: int = 1) -> di
                            f"epoch {epoch + 1}/{args.epochs}")
         train_time += time.perf_counter() - start
         samples += sum(len(y) for _, y in batches[:len(batches) - len(batches) % accumulate])
-        log(f"epoch {epoch + 1}/{args.epochs}: train loss {loss:.4f}, "
-            f"test accuracy {accuracy(model, x_test, y_test):.4f}")
+        steps += len(batches) // accumulate
+        epoch_acc = accuracy(model, x_test, y_test)
+        curve.append({"epoch": epoch + 1, "accuracy": round(epoch_acc, 4), "train_time_s": round(train_time, 3)})
+        log(f"epoch {epoch + 1}/{args.epochs}: train loss {loss:.4f}, test accuracy {epoch_acc:.4f}")
+    bytes_after = wire_bytes(url) if url else None
 
     acc = accuracy(model, x_test, y_test)
     mean_acc = backend.allsum(acc, "accuracy") / size  # equal on all workers in sync training
@@ -250,10 +321,17 @@ def train(backend: Backend, args: argparse.Namespace, accumulate: int = 1) -> di
     total_rate = backend.allsum(rate, "samples_per_sec")
     log(f"Test accuracy: {acc:.4f} (mean over workers {mean_acc:.4f})")
     log(f"Throughput: {total_rate:.0f} samples/sec on {size} worker(s) ({rate:.0f} per worker)")
+    if backend.mode == "byteps":
+        log(f"Compression: {compression}")
     result = {"mode": backend.mode, "accuracy": round(acc, 4), "samples_per_sec": round(total_rate, 1),
               "samples_per_sec_per_worker": round(rate, 1), "epochs": args.epochs, "workers": size,
               "batch": args.batch_size, "lr": args.lr, "train_time_s": round(train_time, 3),
-              "final_loss": round(loss, 5)}
+              "final_loss": round(loss, 5), "compression": compression, "steps": steps,
+              "iter_time_s": round(train_time / max(1, steps), 6), "curve": curve}
+    if bytes_before is not None and bytes_after is not None:
+        # This worker's payload bytes per step (gradients; the first step's declarations too).
+        result["pushed_bytes_per_step"] = round((bytes_after[0] - bytes_before[0]) / max(1, steps), 1)
+        result["pulled_bytes_per_step"] = round((bytes_after[1] - bytes_before[1]) / max(1, steps), 1)
     if accumulate > 1:
         result["accumulate"] = accumulate
     log("RESULT " + json.dumps(result))
@@ -262,7 +340,7 @@ def train(backend: Backend, args: argparse.Namespace, accumulate: int = 1) -> di
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    backend = TorchDDPBackend() if args.ddp_baseline else BytePSOptimizerBackend()
+    backend = TorchDDPBackend() if args.ddp_baseline else BytePSOptimizerBackend(args.compression, args.wire_bytes)
     train(backend, args)
     backend.finish()
     return 0

@@ -78,18 +78,18 @@ def _check(array: np.ndarray, inplace: bool) -> int:
     return code
 
 
-def _attrs(compression) -> str:
+def _attrs(compression, array: np.ndarray) -> str:
     """The compression attributes of ``compression``: None, an attrs string
-    (``"compressor=topk;k=0.01"``), or a compressor of ``byteps.torch.Compression`` (its ``attrs``)."""
+    (``"compressor=topk;k=0.01"``), or a compressor of ``byteps.torch.Compression`` (its ``attrs``).
+    A cast alone leaves arrays that are not floating-point as they are."""
     if compression is None:
         return ""
-    if isinstance(compression, str):
-        return compression
-    attrs = getattr(compression, "attrs", None)
+    attrs = compression if isinstance(compression, str) else getattr(compression, "attrs", None)
     if not isinstance(attrs, str):
         raise TypeError(f"compression must be an attrs string or a compressor with .attrs, "
                         f"got {type(compression).__name__}")
-    return attrs
+    floating = array.dtype.kind == "f" or array.dtype.name == _BFLOAT16
+    return "" if not floating and attrs in ("cast=fp16", "cast=bf16") else attrs
 
 
 def push_pull_async(array: np.ndarray, average: bool = True, name: Optional[str] = None,
@@ -104,7 +104,7 @@ def push_pull_async(array: np.ndarray, average: bool = True, name: Optional[str]
     code = _check(array, inplace=False)
     out = np.empty(array.shape, dtype=array.dtype)
     return _basics.start(name, array.ctypes.data, out.ctypes.data, array.nbytes, code, average, priority,
-                         array, out, attrs=_attrs(compression))
+                         array, out, attrs=_attrs(compression, array))
 
 
 def push_pull_async_inplace(array: np.ndarray, average: bool = True, name: Optional[str] = None,
@@ -113,7 +113,7 @@ def push_pull_async_inplace(array: np.ndarray, average: bool = True, name: Optio
     code = _check(array, inplace=True)
     ptr = array.ctypes.data
     return _basics.start(name, ptr, ptr, array.nbytes, code, average, priority, array, array,
-                         attrs=_attrs(compression))
+                         attrs=_attrs(compression, array))
 
 
 byteps_push_pull = push_pull_async_inplace

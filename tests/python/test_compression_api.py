@@ -171,6 +171,20 @@ def test_push_pull_carries_attrs(bps, sent):
                     ("byteps.plain", "")]
 
 
+def test_a_cast_leaves_integer_tensors_alone(bps, sent):
+    # As the Python cast did: fp16/bf16 apply to floating-point tensors only; a compressor is sent
+    # as it is (the core refuses it for integers, naming the tensor).
+    ints = torch.arange(4, dtype=torch.int32)
+    torch.testing.assert_close(bps.push_pull(ints, average=False, name="ints", compression=Compression.fp16), ints)
+    bps.allreduce(ints, op=bps.Sum, name="hints", compression=Compression.bf16)
+    import byteps.numpy as bnp
+
+    bnp.push_pull(np.arange(3, dtype=np.int64), average=False, name="nints", compression=Compression.fp16)
+    assert sent[0] == ("byteps.ints", "")
+    assert "cast" not in sent[1][1]
+    assert sent[2] == ("byteps.nints", "")
+
+
 def test_distributed_optimizer_carries_attrs_and_learning_rate(bps, sent, core_calls):
     model = _model()
     opt = bps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.25),

@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "CoreCompressor", "Compression",
-           "attrs_of", "has_error_feedback", "join_attrs"]
+           "attrs_of", "attrs_for", "has_error_feedback", "join_attrs"]
 
 
 class Compressor:
@@ -268,6 +268,16 @@ def attrs_of(compression) -> str:
     if isinstance(compression, str):
         return compression
     return getattr(compression, "attrs", "") or ""
+
+
+CASTS = ("cast=fp16", "cast=bf16")
+
+
+def attrs_for(compression, floating: bool) -> str:
+    """:func:`attrs_of` for a tensor: a cast alone (``Compression.fp16`` / ``bf16``) leaves
+    non-floating-point tensors as they are (as the Python cast did), so it sends nothing for them."""
+    attrs = attrs_of(compression)
+    return "" if not floating and attrs in CASTS else attrs
 
 
 def has_error_feedback(compression) -> bool:

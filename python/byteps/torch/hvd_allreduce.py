@@ -23,6 +23,7 @@ import torch
 from .. import _basics
 from . import hvd_common as C
 from . import hvd_handles as H
+from .compression import attrs_for
 from .hvd_common import Adasum, Average, Sum, global_process_set
 
 __all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
@@ -89,8 +90,9 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
             attrs = C.call_attrs("allreduce", t, reduce=C.OP_NAMES[op], pre=float(pre), post=float(post),
                                  members=C.members_attr(process_set), join="fail" if join_fails else None,
                                  scatter=scatter[i] if scatter else None)
-            if compression:
-                attrs = attrs + ";" + compression
+            extra = attrs_for(compression, t.dtype.is_floating_point)
+            if extra:
+                attrs = attrs + ";" + extra
             with torch.no_grad():
                 src = t
                 if pre != 1.0:

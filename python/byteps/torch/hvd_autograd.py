@@ -13,8 +13,9 @@ backward rules:
 | grouped_reducescatter | the same per tensor, as one grouped allgather |
 
 The backward collectives are unnamed (auto-names), as Horovod's: every worker runs backward in
-the same order.  With compression, the forward is compressed and the gradient flows through the
-casts uncompressed.
+the same order.  With compression (allreduce, grouped_allreduce), the forward's sums carry the
+compressor's attrs (the core compresses between hosts) and the gradient flows back uncompressed;
+reducescatter's result is exact (a custom Python compressor still runs around it).
 """
 
 from __future__ import annotations

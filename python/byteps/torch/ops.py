@@ -27,7 +27,7 @@ import torch
 
 from .. import _basics
 from .._basics import local_rank, local_size, poll, rank, shutdown, size, suspend, synchronize
-from .compression import Compression, attrs_of
+from .compression import Compression, attrs_for, attrs_of
 
 __all__ = [
     "init", "shutdown", "suspend", "resume", "rank", "size", "local_rank", "local_size", "declare",
@@ -115,7 +115,8 @@ def _device_of(tensor: torch.Tensor) -> tuple[int, int, int]:
 def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool, name: Optional[str],
            priority: int, compression=None) -> int:
     return _basics.start(name, tensor.data_ptr(), output.data_ptr(), _nbytes(tensor), code, average, priority,
-                         tensor, output, device=_device_of(tensor), attrs=attrs_of(compression))
+                         tensor, output, device=_device_of(tensor),
+                         attrs=attrs_for(compression, tensor.dtype.is_floating_point))
 
 
 def broadcast_async_inplace(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,

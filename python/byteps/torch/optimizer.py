@@ -47,9 +47,10 @@ __all__ = ["DistributedOptimizer", "_DistributedOptimizer", "resolve_compression
 
 
 def resolve_compression(compression, compression_params):
-    """``compression`` or the compressor ``compression_params`` describes (not both)."""
+    """``compression`` or the compressor ``compression_params`` describes (not both: a
+    ``compression`` other than the default ``Compression.none``)."""
     if compression_params is not None:
-        if compression is not None:
+        if compression is not None and compression is not Compression.none:
             raise ValueError("DistributedOptimizer: pass compression or compression_params, not both")
         return Compression.from_params(compression_params)
     return Compression.none if compression is None else compression
@@ -205,7 +206,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     zero_grad = zero_grad_when_idle
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
                          groups=None, sparse_as_dense=False, process_set=global_process_set, compression_params=None):
     """An optimizer that averages gradients over all workers (or a process set's) before applying them.

@@ -206,6 +206,38 @@ def declare_tensor(name: str, nbytes: int, dtype: int) -> int:
     return core().declare_tensor(core_name(name), int(nbytes), int(dtype))
 
 
+def _core_function(name: str):
+    """``_core.<name>``, or RuntimeError saying the core is too old for it."""
+    fn = getattr(core(), name, None)
+    if fn is None:
+        raise RuntimeError(f"this byteps core has no {name}: it predates gradient compression's Python API; "
+                           f"rebuild the core (scripts/build.sh or pip install .)")
+    return fn
+
+
+def set_learning_rate(lr: float) -> None:
+    """Tells the core the current learning rate (error feedback scales its residual by the ratio
+    of the previous learning rate to this one)."""
+    lr = float(lr)
+    _core_function("set_learning_rate")(lr)
+
+
+def declare_tensor_params(name: str, params: dict) -> None:
+    """Per-name compression parameters (MXNet's ``byteps_declare_tensor(name, byteps_compressor_type=...)``):
+    ``params`` keys with or without ``byteps_``; values passed as lowercased strings.  Later
+    push_pulls of ``name`` that carry no compression attributes get these."""
+    if name is None:
+        raise TypeError("declare_tensor_params() needs a name")
+    values = {}
+    for key, value in params.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        else:
+            text = str(value).lower()
+        values[str(key)] = text
+    _core_function("declare_tensor_params")(core_name(name), values)
+
+
 @dataclass
 class Pending:
     """What a handle keeps alive until it is synchronized."""
@@ -255,16 +287,25 @@ handles = HandleManager()
 
 def start(name: Optional[str], input_ptr: int, output_ptr: int, nbytes: int, dtype: int,
           average: bool, priority: int, input_obj: Any, output_obj: Any, meta: Any = None,
-          device: tuple[int, int, int] = (0, 0, 0)) -> int:
+          device: tuple[int, int, int] = (0, 0, 0), attrs: str = "") -> int:
     """Starts one push_pull in the core and records what must stay alive; returns the handle.
     ``device``: (kind, index, stream) of a tensor in a device's memory (``_core.DEVICE_*``; the
-    stream is the framework's, e.g. torch's current ``cuda_stream``); (0, 0, 0) for host memory."""
+    stream is the framework's, e.g. torch's current ``cuda_stream``); (0, 0, 0) for host memory.
+    ``attrs``: declaration attributes (e.g. compression's ``"compressor=topk;k=0.01"``); with
+    any, the sum goes through the core's ``reduce_async`` (OP_SUM), which carries them."""
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
+    if not isinstance(attrs, str):
+        raise TypeError(f"attrs must be a str, got {type(attrs).__name__}")
     cname = core_name(name)
     kind, index, stream = device
-    handle = core().push_pull_async(cname, input_ptr, output_ptr, nbytes, dtype, bool(average), priority, kind, index,
-                                    stream)
+    c = core()
+    if attrs:
+        handle = c.reduce_async(cname, input_ptr, output_ptr, int(nbytes), int(dtype), c.OP_SUM, bool(average),
+                                attrs, priority, kind, index, stream)
+    else:
+        handle = c.push_pull_async(cname, input_ptr, output_ptr, nbytes, dtype, bool(average), priority, kind, index,
+                                   stream)
     return handles.add(handle, Pending(input_obj, output_obj, cname, meta, int(nbytes)))
 
 

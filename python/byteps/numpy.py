@@ -33,7 +33,8 @@ from ._basics import (declare, get_pushpull_speed, init, local_rank, local_size,
 __all__ = [
     "init", "shutdown", "suspend", "resume", "rank", "size", "local_rank", "local_size", "declare",
     "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
-    "push_pull_inplace", "poll", "synchronize", "get_pushpull_speed", "SUPPORTED_DTYPES",
+    "push_pull_inplace", "poll", "synchronize", "get_pushpull_speed", "SUPPORTED_DTYPES", "declare_tensor",
+    "set_learning_rate",
 ]
 
 # numpy dtype name -> name of the core's dtype code constant.
@@ -77,37 +78,69 @@ def _check(array: np.ndarray, inplace: bool) -> int:
     return code
 
 
+def _attrs(compression, array: np.ndarray) -> str:
+    """The compression attributes of ``compression``: None, an attrs string
+    (``"compressor=topk;k=0.01"``), or a compressor of ``byteps.torch.Compression`` (its ``attrs``).
+    A cast alone leaves arrays that are not floating-point as they are."""
+    if compression is None:
+        return ""
+    attrs = compression if isinstance(compression, str) else getattr(compression, "attrs", None)
+    if not isinstance(attrs, str):
+        raise TypeError(f"compression must be an attrs string or a compressor with .attrs, "
+                        f"got {type(compression).__name__}")
+    floating = array.dtype.kind == "f" or array.dtype.name == _BFLOAT16
+    return "" if not floating and attrs in ("cast=fp16", "cast=bf16") else attrs
+
+
 def push_pull_async(array: np.ndarray, average: bool = True, name: Optional[str] = None,
-                    priority: int = 0) -> int:
+                    priority: int = 0, compression=None) -> int:
     """Starts summing ``array`` over all workers into a new array; returns a handle.
 
     ``array`` is not modified.  :func:`synchronize` returns the result.  A larger ``priority``
-    is sent first.
+    is sent first.  ``compression``: an attrs string (``"compressor=topk;k=0.01;ef=vanilla"``)
+    or a compressor of ``byteps.torch.Compression``; the core compresses between hosts
+    (docs/compression.md).
     """
     code = _check(array, inplace=False)
     out = np.empty(array.shape, dtype=array.dtype)
     return _basics.start(name, array.ctypes.data, out.ctypes.data, array.nbytes, code, average, priority,
-                         array, out)
+                         array, out, attrs=_attrs(compression, array))
 
 
 def push_pull_async_inplace(array: np.ndarray, average: bool = True, name: Optional[str] = None,
-                            priority: int = 0) -> int:
+                            priority: int = 0, compression=None) -> int:
     """Starts summing ``array`` over all workers in place; returns a handle."""
     code = _check(array, inplace=True)
     ptr = array.ctypes.data
-    return _basics.start(name, ptr, ptr, array.nbytes, code, average, priority, array, array)
+    return _basics.start(name, ptr, ptr, array.nbytes, code, average, priority, array, array,
+                         attrs=_attrs(compression, array))
 
 
 byteps_push_pull = push_pull_async_inplace
 
 
 def push_pull(array: np.ndarray, average: bool = True, name: Optional[str] = None,
-              priority: int = 0) -> np.ndarray:
+              priority: int = 0, compression=None) -> np.ndarray:
     """The sum (or mean) of ``array`` over all workers, as a new array."""
-    return synchronize(push_pull_async(array, average, name, priority))
+    return synchronize(push_pull_async(array, average, name, priority, compression))
 
 
 def push_pull_inplace(array: np.ndarray, average: bool = True, name: Optional[str] = None,
-                      priority: int = 0) -> np.ndarray:
+                      priority: int = 0, compression=None) -> np.ndarray:
     """Replaces ``array`` by its sum (or mean) over all workers and returns it."""
-    return synchronize(push_pull_async_inplace(array, average, name, priority))
+    return synchronize(push_pull_async_inplace(array, average, name, priority, compression))
+
+
+def declare_tensor(name: str, **byteps_kwargs) -> None:
+    """MXNet's ``byteps_declare_tensor(name, byteps_compressor_type="topk", byteps_compressor_k=0.01, ...)``:
+    compression parameters the core applies to later push_pulls of ``name`` that carry none."""
+    bad = sorted(k for k in byteps_kwargs if not k.startswith("byteps_"))
+    if bad:
+        raise TypeError(f"declare_tensor({name!r}): unexpected keyword argument {bad[0]!r} "
+                        f"(compression parameters start with byteps_)")
+    _basics.declare_tensor_params(name, byteps_kwargs)
+
+
+def set_learning_rate(lr: float) -> None:
+    """Tells the core the current learning rate (error feedback, ``ef=vanilla``, needs it)."""
+    _basics.set_learning_rate(lr)

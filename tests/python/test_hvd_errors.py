@@ -35,7 +35,8 @@ SIGNATURES = {
     "grouped_reducescatter_async": "tensors name op process_set prescale_factor postscale_factor",
     "barrier": "process_set", "join": "device", "allgather_object": "obj name",
     "DistributedOptimizer": "optimizer named_parameters compression backward_passes_per_step op "
-                            "gradient_predivide_factor num_groups groups sparse_as_dense process_set",
+                            "gradient_predivide_factor num_groups groups sparse_as_dense process_set "
+                            "compression_params",  # byteps' addition (MXNet's), after Horovod's
     "init": "comm process_sets lazy", "start_timeline": "file_path mark_cycles",
 }
 OTHER_NAMES = ("shutdown is_initialized size rank local_size local_rank cross_size cross_rank mpi_built mpi_enabled "

@@ -30,8 +30,9 @@ from .functions import broadcast_object, broadcast_optimizer_state, broadcast_pa
 from .horovod import *  # noqa: F401,F403 - Horovod's names
 from .horovod import __all__ as _horovod_names
 from .ops import (
-    byteps_push_pull, byteps_torch_set_num_grads, declare, local_rank, local_size, push_pull, push_pull_async,
-    push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume, size, suspend,
+    byteps_push_pull, byteps_torch_set_num_grads, declare, declare_tensor, local_rank, local_size, push_pull,
+    push_pull_async, push_pull_async_inplace, push_pull_group_sync_inplace, push_pull_inplace, rank, resume,
+    set_learning_rate, size, suspend,
 )
 from .optimizer import DistributedOptimizer, _DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
@@ -41,7 +42,7 @@ __all__ = sorted(set(_horovod_names) | {
     "cross_rank", "declare", "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull",
     "push_pull_inplace", "push_pull_group_sync_inplace", "byteps_torch_set_num_grads",
     "poll", "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "Compression", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed", "SyncBatchNorm", "elastic",
+    "Compression", "declare_tensor", "set_learning_rate", "DistributedOptimizer", "_DistributedOptimizer", "get_pushpull_speed", "SyncBatchNorm", "elastic",
 })
 
 

@@ -37,7 +37,7 @@ import torch
 
 from . import ops
 from .compression import Compression
-from .gradients import finish_push_pulls
+from .gradients import finish_push_pulls, update_learning_rate
 from .optimizer import _DistributedOptimizer, _EXCEEDED
 
 __all__ = ["CrossBarrier"]
@@ -170,6 +170,7 @@ class _CrossBarrier(_DistributedOptimizer):
     def step(self, closure=None):
         if not self._overlap:
             return _DistributedOptimizer.step(self, closure)
+        update_learning_rate(self, self._compression)
         loss = None
         if closure is not None:
             with torch.enable_grad():

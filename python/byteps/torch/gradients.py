@@ -19,7 +19,7 @@ from typing import Callable, Iterable
 import torch
 
 from . import ops
-from .compression import wire_dtype
+from .compression import has_error_feedback, wire_dtype
 from .functions import verify_same_tensors
 
 
@@ -123,7 +123,8 @@ def start_push_pull(p: torch.Tensor, name: str, priority: int, compression, aver
     if prescale != 1.0:
         p.grad.mul_(prescale)
     compressed, ctx = compression.compress(p.grad)
-    handle = ops.push_pull_async_inplace(compressed, average=average, name="Gradient." + name, priority=priority)
+    handle = ops.push_pull_async_inplace(compressed, average=average, name="Gradient." + name, priority=priority,
+                                         compression=compression)
     return handle, ctx
 
 
@@ -137,3 +138,10 @@ def finish_push_pulls(handles: dict, compression, postscale: float = 1.0, sync=N
             p.grad.copy_(grad)
         if postscale != 1.0:
             p.grad.mul_(postscale)
+
+
+def update_learning_rate(optimizer, compression) -> None:
+    """Error feedback needs the learning rate: hands the core ``param_groups[0]["lr"]`` when
+    ``compression`` has ``ef``."""
+    if has_error_feedback(compression) and optimizer.param_groups and "lr" in optimizer.param_groups[0]:
+        ops.set_learning_rate(optimizer.param_groups[0]["lr"])

@@ -23,6 +23,7 @@ import torch
 from .. import _basics
 from . import hvd_common as C
 from . import hvd_handles as H
+from .compression import attrs_for
 from .hvd_common import Adasum, Average, Sum, global_process_set
 
 __all__ = ["allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce_async", "grouped_allreduce_",
@@ -69,13 +70,15 @@ def _start_adasum(key, tensor, output, post, attrs):
 
 def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: float, post: float, what: str,
                     inplace: bool, process_set=global_process_set, join_fails: bool = False,
-                    scatter=None) -> tuple:
+                    scatter=None, compression: str = "") -> tuple:
     """Starts the core operations of an allreduce of ``tensors`` (into ``outputs``, the tensors
     themselves when ``inplace``) under ``keys``, which it claims, among ``process_set``'s members;
     returns ``(core handles, finish)``, ``finish()`` giving the list of reduced outputs once the
     handles are done.  ``join_fails``: its rounds fail while a worker has joined (a reducescatter,
     as Horovod's) instead of counting that worker as zeros.  ``scatter``: per tensor, the servers'
-    ``scatter`` attribute or None (a reducescatter: each worker receives only its rows)."""
+    ``scatter`` attribute or None (a reducescatter: each worker receives only its rows).
+    ``compression``: compression attributes appended to each call's (the core compresses the sums;
+    other ops reject them, naming the tensor)."""
     n = C.set_size(process_set)
     for t in tensors:
         C.check_tensor(t, C.ADASUM_DTYPES if op == Adasum else C.REDUCE_DTYPES, what)
@@ -87,6 +90,9 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
             attrs = C.call_attrs("allreduce", t, reduce=C.OP_NAMES[op], pre=float(pre), post=float(post),
                                  members=C.members_attr(process_set), join="fail" if join_fails else None,
                                  scatter=scatter[i] if scatter else None)
+            extra = attrs_for(compression, t.dtype.is_floating_point)
+            if extra:
+                attrs = attrs + ";" + extra
             with torch.no_grad():
                 src = t
                 if pre != 1.0:
@@ -120,10 +126,12 @@ def begin_allreduce(tensors: list, outputs: list, keys: list, op: int, pre: floa
 
 
 def start_allreduce(handle: int, tensors: list, outputs: list, keys: list, op: int, pre: float, post: float,
-                    what: str, inplace: bool, single: bool, process_set=global_process_set) -> int:
+                    what: str, inplace: bool, single: bool, process_set=global_process_set,
+                    compression: str = "") -> int:
     """:func:`begin_allreduce` as Horovod handle ``handle`` (returned); its result is the output
     (``single``) or the tuple of outputs."""
-    core_handles, finish = begin_allreduce(tensors, outputs, keys, op, pre, post, what, inplace, process_set)
+    core_handles, finish = begin_allreduce(tensors, outputs, keys, op, pre, post, what, inplace, process_set,
+                                           compression=compression)
 
     def stage(_outputs):
         results = finish()
@@ -138,7 +146,7 @@ def keys_for(prefix: str, name, count: Optional[int], handle: int, process_set=g
     return [base] if count is None else [f"{base}_{i}of{count}" for i in range(1, count + 1)]
 
 
-def _allreduce(tensor, average, name, op, pre, post, process_set, what, inplace):
+def _allreduce(tensor, average, name, op, pre, post, process_set, what, inplace, compression=""):
     op = C.resolve_op(op, average, what)
     process_set = C.check_process_set(process_set, what, op)
     C.check_tensor(tensor, C.REDUCE_DTYPES, what)
@@ -146,7 +154,7 @@ def _allreduce(tensor, average, name, op, pre, post, process_set, what, inplace)
     handle = C.next_handle(process_set)
     keys = keys_for("allreduce", name, None, handle, process_set)
     return start_allreduce(handle, [tensor], [out], keys, op, pre, post, what, inplace, single=True,
-                           process_set=process_set)
+                           process_set=process_set, compression=compression)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -170,7 +178,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
                                           process_set))
 
 
-def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace):
+def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace, compression=""):
     op = C.resolve_op(op, average, what)
     process_set = C.check_process_set(process_set, what, op)
     tensors = list(tensors)
@@ -183,7 +191,7 @@ def _grouped(tensors, average, name, op, pre, post, process_set, what, inplace):
     handle = C.next_handle(process_set)
     keys = keys_for("grouped_allreduce", name, len(tensors), handle, process_set)
     return start_allreduce(handle, tensors, outs, keys, op, pre, post, what, inplace, single=False,
-                           process_set=process_set)
+                           process_set=process_set, compression=compression)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -205,3 +213,21 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
     """Reduces each tensor of the list in place; returns them as a tuple."""
     return H.synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
                                                   process_set))
+
+
+def allreduce_compressed_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                               process_set=global_process_set, compression: str = "", inplace: bool = False) -> int:
+    """:func:`allreduce_async` (or, ``inplace``, :func:`allreduce_async_`) whose sums carry the
+    compression attributes ``compression`` (what ``compression=`` of the Horovod API and the
+    DistributedOptimizer on a process set use)."""
+    what = "allreduce_async_" if inplace else "allreduce_async"
+    return _allreduce(tensor, average, name, op, prescale_factor, postscale_factor, process_set, what, inplace,
+                      compression)
+
+
+def grouped_allreduce_compressed_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                                       postscale_factor=1.0, process_set=global_process_set,
+                                       compression: str = "") -> int:
+    """:func:`grouped_allreduce_async` whose sums carry the compression attributes ``compression``."""
+    return _grouped(tensors, average, name, op, prescale_factor, postscale_factor, process_set,
+                    "grouped_allreduce_async", False, compression)

@@ -13,8 +13,9 @@ backward rules:
 | grouped_reducescatter | the same per tensor, as one grouped allgather |
 
 The backward collectives are unnamed (auto-names), as Horovod's: every worker runs backward in
-the same order.  With compression, the forward is compressed and the gradient flows through the
-casts uncompressed.
+the same order.  With compression (allreduce, grouped_allreduce), the forward's sums carry the
+compressor's attrs (the core compresses between hosts) and the gradient flows back uncompressed;
+reducescatter's result is exact (a custom Python compressor still runs around it).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from . import hvd_bcast_scatter as BS
 from . import hvd_common as C
 from . import hvd_handles as H
 from . import hvd_gather as G
-from .compression import Compression
+from .compression import Compression, attrs_of
 from .hvd_common import Average, Sum, global_process_set
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall",
@@ -36,29 +37,30 @@ __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, pre, post, ps):
+    def forward(ctx, tensor, name, op, pre, post, ps, attrs=""):
         ctx.args = (op, pre, post, ps)
-        return H.synchronize(AR.allreduce_async(tensor, None, name, op, pre, post, ps))
+        return H.synchronize(AR.allreduce_compressed_async(tensor, None, name, op, pre, post, ps, attrs))
 
     @staticmethod
     def backward(ctx, g):
         op, pre, post, ps = ctx.args
         return H.synchronize(AR.allreduce_async(g.contiguous(), None, None, op, pre, post, ps)), None, None, None, \
-            None, None
+            None, None, None
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, pre, post, ps, *tensors):
+    def forward(ctx, name, op, pre, post, ps, attrs, *tensors):
         ctx.args = (op, pre, post, ps)
-        return H.synchronize(AR.grouped_allreduce_async(list(tensors), None, name, op, pre, post, ps))
+        return H.synchronize(AR.grouped_allreduce_compressed_async(list(tensors), None, name, op, pre, post, ps,
+                                                                   attrs))
 
     @staticmethod
     def backward(ctx, *grads):
         op, pre, post, ps = ctx.args
         out = H.synchronize(AR.grouped_allreduce_async([g.contiguous() for g in grads], None, None, op, pre, post,
                                                        ps))
-        return (None, None, None, None, None, *out)
+        return (None, None, None, None, None, None, *out)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -68,7 +70,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     process_set = C.check_process_set(process_set, "allreduce", op)
     compressed, cctx = compression.compress(tensor)
     return compression.decompress(_Allreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
-                                                   process_set), cctx)
+                                                   process_set, attrs_of(compression)), cctx)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
@@ -77,7 +79,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     op = C.resolve_op(op, average, "grouped_allreduce")
     process_set = C.check_process_set(process_set, "grouped_allreduce", op)
     pairs = [compression.compress(t) for t in tensors]
-    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, *[p for p, _ in pairs])
+    outs = _GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set, attrs_of(compression),
+                                   *[p for p, _ in pairs])
     return [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
 
 

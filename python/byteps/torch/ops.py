@@ -27,13 +27,13 @@ import torch
 
 from .. import _basics
 from .._basics import local_rank, local_size, poll, rank, shutdown, size, suspend, synchronize
-from .compression import Compression
+from .compression import Compression, attrs_for, attrs_of
 
 __all__ = [
     "init", "shutdown", "suspend", "resume", "rank", "size", "local_rank", "local_size", "declare",
     "push_pull", "push_pull_async", "push_pull_async_inplace", "byteps_push_pull", "push_pull_inplace",
     "push_pull_group_sync_inplace", "byteps_torch_set_num_grads", "poll", "synchronize",
-    "SUPPORTED_DTYPES",
+    "SUPPORTED_DTYPES", "declare_tensor", "set_learning_rate",
 ]
 
 # torch dtype -> name of the core's dtype code constant.
@@ -113,9 +113,10 @@ def _device_of(tensor: torch.Tensor) -> tuple[int, int, int]:
 
 
 def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool, name: Optional[str],
-           priority: int) -> int:
+           priority: int, compression=None) -> int:
     return _basics.start(name, tensor.data_ptr(), output.data_ptr(), _nbytes(tensor), code, average, priority,
-                         tensor, output, device=_device_of(tensor))
+                         tensor, output, device=_device_of(tensor),
+                         attrs=attrs_for(compression, tensor.dtype.is_floating_point))
 
 
 def broadcast_async_inplace(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -150,9 +151,24 @@ def declare(name: str) -> int:
     return _basics.declare(name)
 
 
-def declare_tensor(name: str, tensor_or_nbytes, dtype=None) -> int:
+def declare_tensor(name: str, tensor_or_nbytes=None, dtype=None, **byteps_kwargs) -> Optional[int]:
     """Declares ``name`` with its size: a tensor (its bytes and dtype), or a byte count and a
-    torch dtype.  The core places its partitions on the servers by bytes right away."""
+    torch dtype.  The core places its partitions on the servers by bytes right away.
+
+    MXNet style: ``byteps_*`` keyword arguments (``byteps_compressor_type="topk"``,
+    ``byteps_compressor_k=0.01``, ``byteps_ef_type="vanilla"``...) are compression parameters
+    the core remembers for ``name`` and applies to its later push_pulls that carry none (see
+    docs/compression.md; a bad key or value raises, naming the tensor).  Returns the key when a
+    size was given, else None.
+    """
+    bad = sorted(k for k in byteps_kwargs if not k.startswith("byteps_"))
+    if bad:
+        raise TypeError(f"declare_tensor({name!r}): unexpected keyword argument {bad[0]!r} "
+                        f"(compression parameters start with byteps_)")
+    if byteps_kwargs:
+        _basics.declare_tensor_params(name, byteps_kwargs)
+    if tensor_or_nbytes is None:
+        return None
     if isinstance(tensor_or_nbytes, torch.Tensor):
         nbytes, code = _nbytes(tensor_or_nbytes), dtype_code(tensor_or_nbytes.dtype)
     else:
@@ -161,24 +177,26 @@ def declare_tensor(name: str, tensor_or_nbytes, dtype=None) -> int:
 
 
 def push_pull_async(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None, version: int = 0,
-                    priority: int = 0) -> int:
+                    priority: int = 0, compression=None) -> int:
     """Starts summing ``tensor`` over all workers into a new tensor; returns a handle.
 
     ``tensor`` is not modified; :func:`synchronize` returns the result.  A larger ``priority``
-    is sent first.  ``version`` is accepted for compatibility and ignored.
+    is sent first.  ``version`` is accepted for compatibility and ignored.  ``compression``: a
+    compressor of :class:`Compression` (or an attrs string), done by the core between hosts.
     """
     del version
     code = check_tensor(tensor)
     output = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    return _start(tensor, output, code, average, name, priority)
+    return _start(tensor, output, code, average, name, priority, compression)
 
 
 def push_pull_async_inplace(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None,
-                            version: int = 0, priority: int = 0) -> int:
-    """Starts summing ``tensor`` over all workers in place; returns a handle."""
+                            version: int = 0, priority: int = 0, compression=None) -> int:
+    """Starts summing ``tensor`` over all workers in place; returns a handle (``compression``:
+    as in :func:`push_pull_async`)."""
     del version
     code = check_tensor(tensor)
-    return _start(tensor, tensor, code, average, name, priority)
+    return _start(tensor, tensor, code, average, name, priority, compression)
 
 
 byteps_push_pull = push_pull_async_inplace
@@ -194,15 +212,15 @@ class _PushPull(torch.autograd.Function):
     """push_pull as an autograd op: the gradient of the result is push_pulled too."""
 
     @staticmethod
-    def forward(ctx, tensor, average, name, version, priority):
-        ctx.average, ctx.name, ctx.version, ctx.priority = average, name, version, priority
-        return synchronize(push_pull_async(tensor, average, name, version, priority))
+    def forward(ctx, tensor, average, name, version, priority, attrs):
+        ctx.average, ctx.name, ctx.version, ctx.priority, ctx.attrs = average, name, version, priority, attrs
+        return synchronize(push_pull_async(tensor, average, name, version, priority, attrs))
 
     @staticmethod
     def backward(ctx, grad_output):
         grad = synchronize(push_pull_async(grad_output.contiguous(), ctx.average, ctx.name, ctx.version,
-                                           ctx.priority))
-        return grad, None, None, None, None
+                                           ctx.priority, ctx.attrs))
+        return grad, None, None, None, None, None
 
 
 def push_pull(tensor: torch.Tensor, average: bool = True, name: Optional[str] = None, version: int = 0,
@@ -210,14 +228,22 @@ def push_pull(tensor: torch.Tensor, average: bool = True, name: Optional[str] = 
     """The sum (or mean) of ``tensor`` over all workers, as a new tensor (differentiable: the
     gradient flowing back is push_pulled under the same name).
 
-    ``name`` is required, as in BytePS.  ``compression`` is applied before and undone after.
+    ``name`` is required, as in BytePS.  ``compression``: a compressor of :class:`Compression`
+    (its attrs go to the core, which compresses between hosts); a custom one (no ``attrs``) is
+    applied before and undone after, in Python.
     """
     assert name is not None, "To manually call push_pull, you must specify a name by name=..."
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"byteps.torch needs a torch.Tensor, got {type(tensor).__name__}")
     compressed, ctx = compression.compress(tensor)
-    summed = _PushPull.apply(compressed, average, name, version, priority)
+    summed = _PushPull.apply(compressed, average, name, version, priority, attrs_of(compression))
     return compression.decompress(summed, ctx)
+
+
+def set_learning_rate(lr: float) -> None:
+    """Tells the core the current learning rate, which error feedback (``ef="vanilla"``) needs;
+    the DistributedOptimizers call it at each step from ``param_groups[0]["lr"]``."""
+    _basics.set_learning_rate(lr)
 
 
 # ---- compatibility with byteps.torch.ops of BytePS (the group-sync counter used by its DDP)

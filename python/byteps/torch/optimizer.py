@@ -31,8 +31,8 @@ from contextlib import contextmanager
 import torch
 
 from . import ops
-from .compression import Compression
-from .hvd_allreduce import allreduce_async_
+from .compression import Compression, attrs_of
+from .hvd_allreduce import allreduce_compressed_async
 from .. import _basics
 from . import hvd_common as C
 from .hvd_common import Adasum, Average, global_process_set
@@ -41,9 +41,19 @@ from .hvd_gather import sparse_allreduce_async
 from .optimizer_adasum import _DistributedAdasumOptimizer
 from .optimizer_args import resolve, uses_push_pull, verify_same_in_set
 from .gradients import (EXCEEDED, declare_parameters, finish_push_pulls, find_duplicates, hook_gradients,
-                        parameter_names, priorities, start_push_pull, zero_grad_when_idle)
+                        parameter_names, priorities, start_push_pull, update_learning_rate, zero_grad_when_idle)
 
-__all__ = ["DistributedOptimizer", "_DistributedOptimizer"]
+__all__ = ["DistributedOptimizer", "_DistributedOptimizer", "resolve_compression"]
+
+
+def resolve_compression(compression, compression_params):
+    """``compression`` or the compressor ``compression_params`` describes (not both: a
+    ``compression`` other than the default ``Compression.none``)."""
+    if compression_params is not None:
+        if compression is not None and compression is not Compression.none:
+            raise ValueError("DistributedOptimizer: pass compression or compression_params, not both")
+        return Compression.from_params(compression_params)
+    return Compression.none if compression is None else compression
 
 _EXCEEDED = EXCEEDED  # (cross_barrier imports it from here)
 
@@ -89,6 +99,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             verify_same_in_set(order, self._reduction.process_set, "DistributedOptimizer")
         # Horovod's contract: on a worker outside the set no hooks, and step() is purely local.
         if ops.size() > 1 and self._reduction.member:
+            update_learning_rate(self, compression)  # before the first backward compresses
             self._requires_update = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
             self._grad_accs = hook_gradients(self._requires_update, self._make_hook)
 
@@ -114,8 +125,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
             compressed, ctx = self._compression.compress(p.grad.contiguous())
             f = self._reduction.predivide  # Horovod's gradient_predivide_factor: 1/f before, f after
-            return allreduce_async_(compressed, name=name, op=self._reduction.op, prescale_factor=1.0 / f,
-                                    postscale_factor=f, process_set=self._reduction.process_set), ctx
+            return allreduce_compressed_async(compressed, name=name, op=self._reduction.op, prescale_factor=1.0 / f,
+                                              postscale_factor=f, process_set=self._reduction.process_set,
+                                              compression=attrs_of(self._compression), inplace=True), ctx
         return start_push_pull(p, self._parameter_names[p], self._priority[p], self._compression, self._average,
                                self._prescale)
 
@@ -180,6 +192,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._should_sync = True
 
     def step(self, closure=None):
+        update_learning_rate(self, self._compression)
         if self._should_sync:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context after "
@@ -195,7 +208,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                         groups=None, sparse_as_dense=False, process_set=global_process_set):
+                         groups=None, sparse_as_dense=False, process_set=global_process_set, compression_params=None):
     """An optimizer that averages gradients over all workers (or a process set's) before applying them.
 
     push_pulls start during ``loss.backward()`` as each gradient becomes ready; ``step()`` waits
@@ -207,7 +220,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         named_parameters: ``model.named_parameters()``: names the push_pulls (recommended).
             Without it the names are ``push_pull.noname.<i>`` by position, which all workers
             must then have in the same order.
-        compression: ``Compression.none`` or ``Compression.fp16``.
+        compression: a compressor of :class:`Compression` (default ``Compression.none``):
+            ``fp16``/``bf16`` casts, ``onebit()``, ``topk(k)``, ``randomk(k)``, ``dithering(k)``
+            (docs/compression.md); with ``ef``, ``step()`` hands the core ``param_groups[0]["lr"]``.
+        compression_params: MXNet's dict (``{"compressor": "topk", "k": 0.01, "ef": "vanilla"}``),
+            instead of ``compression`` (both: ValueError); see ``Compression.from_params``.
         backward_passes_per_step: backward passes to accumulate locally per ``step()``.
         op: Horovod's ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product`` of the
             workers' gradients, or ``Adasum``: with more than one worker Horovod's delta optimizer
@@ -231,6 +248,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         ValueError: bad ``named_parameters``, or workers with different parameters (the message
             names the parameter).
     """
+    compression = resolve_compression(compression, compression_params)
     base = optimizer.__class__
     try:
         adasum = C.resolve_op(op, None, "DistributedOptimizer") == Adasum

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 
 import torch
 
-from .compression import Compression
-from .hvd_allreduce import allreduce_async_
+from .compression import Compression, attrs_of
+from .hvd_allreduce import allreduce_compressed_async
 from .hvd_common import Adasum
 from .hvd_handles import synchronize as hvd_synchronize
 from .gradients import EXCEEDED, declare_parameters, hook_gradients, parameter_names, zero_grad_when_idle
@@ -74,7 +74,9 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             self._step_alone(p)
             p.sub_(start)  # p holds the local update until step() restores it
             compressed, ctx = self._compression.compress(p.data)
-            handle = allreduce_async_(compressed, name="Gradient." + self._parameter_names[p], op=Adasum)
+            # Compression attributes go along: the core refuses them for Adasum, naming the tensor.
+            handle = allreduce_compressed_async(compressed, name="Gradient." + self._parameter_names[p], op=Adasum,
+                                                compression=attrs_of(self._compression), inplace=True)
         return handle, ctx
 
     def _make_hook(self, p):

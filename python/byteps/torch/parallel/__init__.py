@@ -37,7 +37,9 @@ class DistributedDataParallel(Module):
         module: the module to replicate; all its parameters and buffers must exist now.
         device_ids: None (CPU), or a list with exactly one entry (as in BytePS).
         broadcast_buffers: broadcast rank 0's buffers at the start of every forward.
-        compression: ``Compression.none`` or ``Compression.fp16`` for the gradients.
+        compression: a compressor of :class:`Compression` for the gradients (``none``, ``fp16``,
+            ``bf16``, ``topk(k)``...; docs/compression.md).  With error feedback, tell the core
+            the learning rate: ``byteps.torch.set_learning_rate(lr)`` (no optimizer here to ask).
 
     Construction, forward (with buffers to broadcast) and backward are collective: every worker
     must run them.  Workers with different parameters get a ValueError naming one.

@@ -175,6 +175,7 @@ void Server::OnFrame(transport::Connection& c, const Header& h, transport::RecvB
       t.dtype = h.dtype;
       t.offset = h.arg;
       t.joined_share = (h.flags & protocol::kFlagJoinedShare) != 0;
+      t.compressed = (h.flags & protocol::kFlagCompressed) != 0;
       if (trace_) t.arrived_ns = TraceNowNs();
       t.conn = c.shared_from_this();
       if (b.discard) {  // OnHeader found no memory for the payload

@@ -154,6 +154,12 @@ void SumEngine::HandleInit(InitTask& t) {
                                              "float32 or float64)",
                                              t.init.name, t.key, dt ? DataTypeName(*dt) : "unknown"));
       ReplyError(t.conn, t.key, 0, ks.error);
+      return;
+    }
+    if (Status cs = SetCompression(ks, t.key); !cs.ok()) {
+      BYTEPS_LOG(Error, "{}", cs.message());
+      ks.error = cs;
+      ReplyError(t.conn, t.key, 0, ks.error);
     }
     return;
   }
@@ -169,6 +175,7 @@ void SumEngine::HandleInit(InitTask& t) {
   ks.waiters.clear();
   ks.accum.reset();
   ks.parts.clear();
+  if (ks.compressed) ks.compressed->Discard();
   ks.pushed = 0;
   ReplyError(t.conn, t.key, 0, ks.error);
 }
@@ -228,7 +235,10 @@ void SumEngine::ReplySum(KeyState& ks, uint64_t key, const Waiter& w) {
   h.request_id = w.request_id;
   h.dtype = static_cast<uint8_t>(ks.init.dtype);
   uint64_t from = 0, len = ks.init.bytes;
-  if (!ks.scatter.empty()) {  // a reducescatter: only this worker's slice of the partition
+  if (ks.compressed) {
+    h.flags |= protocol::kFlagCompressed;
+    len = ks.result_len;
+  } else if (!ks.scatter.empty()) {  // a reducescatter: only this worker's slice of the partition
     const uint64_t lo = std::max(ks.scatter[w.worker].first, ks.init.offset);
     const uint64_t hi = std::min(ks.scatter[w.worker].second, ks.init.offset + ks.init.bytes);
     from = lo < hi ? lo - ks.init.offset : 0;
@@ -286,7 +296,12 @@ void SumEngine::HandlePush(PushTask& t) {
   const bool concat = ks.init.op == protocol::kOpConcat;
   const bool fits = concat ? t.offset <= ks.init.bytes && t.bytes <= ks.init.bytes - t.offset
                            : t.bytes == ks.init.bytes && t.offset == 0;
-  if (!fits || t.dtype != ks.init.dtype) {
+  if (ks.compressed || t.compressed) [[unlikely]] {
+    if (Status st = CheckCompressedPush(ks, t); !st.ok()) {
+      ReplyError(t.conn, t.key, t.request_id, st);
+      return;
+    }
+  } else if (!fits || t.dtype != ks.init.dtype) {
     ReplyError(t.conn, t.key, t.request_id,
                InvalidArgument(fmt::format("push of {} bytes at offset {} (dtype code {}) for tensor '{}' key {}, "
                                            "declared as {}{}",
@@ -331,6 +346,13 @@ void SumEngine::HandlePush(PushTask& t) {
                                          ks.init.name, t.key, t.worker, t.round, ks.completed_round + 1)));
     return;
   }
+  if (ks.compressed) {
+    if (Status st = AddCompressed(ks, t); !st.ok()) {  // counts for nothing: the worker fails it
+      BYTEPS_LOG(Error, "{}", st.message());
+      ReplyError(t.conn, t.key, t.request_id, st);
+      return;
+    }
+  }
   last = t.round;
   NoteArrival(ks, t);
   if (t.joined_share) ks.joined_shares.push_back(t.worker);
@@ -347,6 +369,8 @@ void SumEngine::HandlePush(PushTask& t) {
     return;
   } else if (ks.init.op == protocol::kOpAdasum) {
     ks.parts.emplace_back(t.worker, std::move(t.data));  // Adasum is not associative: combined at the end
+  } else if (ks.compressed) {
+    t.data.reset();  // already added (AddCompressed)
   } else if (ks.pushed == 0) {
     ks.accum = std::move(t.data);  // the first push's buffer becomes the accumulator: no copy
   } else {
@@ -372,12 +396,14 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
   std::vector<Waiter> waiters;
   waiters.swap(ks.waiters);
   ks.round_error = JoinedRoundError(ks, key, absent, ks.joined_shares);
+  if (ks.compressed && ks.round_error.ok()) [[unlikely]] ks.round_error = FinishCompressed(ks, key);  // ks.result
   ks.joined_shares.clear();
   if (!ks.round_error.ok()) {
     BYTEPS_LOG(Error, "{}", ks.round_error.message());
     ks.accum.reset();
     ks.parts.clear();
     ks.result.reset();
+    if (ks.compressed) ks.compressed->Discard();
     for (const Waiter& w : waiters) ReplyError(w.conn, key, w.request_id, ks.round_error);
     MaybeFree(key);
     return;
@@ -393,7 +419,7 @@ void SumEngine::CompleteRound(KeyState& ks, uint64_t key) {
     ReduceInto(ks.accum.get(), zeros().get(), ks.init.bytes / DataTypeSize(*dt), *dt, ks.kind);
   }
   if (ks.init.op == protocol::kOpAdasum) ks.accum = CombineAdasum(ks);
-  ks.result = std::move(ks.accum);
+  if (!ks.compressed) ks.result = std::move(ks.accum);
   const int64_t summed_ns = TraceSummed(ks);
   for (const Waiter& w : waiters) ReplySum(ks, key, w);
   NoteRoundReplied(ks, key, summed_ns);

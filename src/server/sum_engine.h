@@ -38,6 +38,7 @@
 #include "common/metrics.h"
 #include "common/owner_query.h"
 #include "protocol/control.h"
+#include "server/compressed_key.h"
 #include "server/join_board.h"
 #include "server/server_trace.h"
 #include "transport/transport.h"
@@ -59,6 +60,7 @@ struct PushTask {
   size_t bytes = 0;
   uint32_t offset = 0;  // concat keys: where in the partition these bytes go (the header's arg)
   bool joined_share = false;  // protocol::kFlagJoinedShare: a process behind it has joined
+  bool compressed = false;    // protocol::kFlagCompressed: data is a codec's payload of the partition
   int64_t arrived_ns = 0;     // tracing: when the whole frame had arrived (TraceNowNs); 0 = not taken
   // Not OK: the payload could not be received (no memory for it); the push fails with this,
   // named by its tensor, and counts for nothing.
@@ -150,6 +152,11 @@ class SumEngine {
     std::vector<Waiter> waiters;
     std::chrono::steady_clock::time_point first_push_at{};  // of the open round (arrival lag)
     std::shared_ptr<uint8_t> result;   // sum of completed_round
+    // Compressed keys (compression attributes, sum_engine_compressed.cc): the codec, the open
+    // round's float32 sum and the error feedback; result is then the compressed sum, result_len
+    // its length. Null: the key's pushes and replies are plain partitions.
+    std::unique_ptr<CompressedKey> compressed;
+    size_t result_len = 0;
     // Per worker: whether it belongs to the key's process set (attribute "members"; all by
     // default). Only members push; a round completes when every member pushed.
     std::vector<char> member;
@@ -185,6 +192,17 @@ class SumEngine {
                                  const std::vector<int>& shares);
   // Whether the key was declared with attribute key=value.
   static bool HasAttr(const KeyState& ks, const char* key, const char* value);
+  // sum_engine_compressed.cc: the key's compression state from its first declaration (none when
+  // its attributes configure none); an error names the tensor and the key.
+  static Status SetCompression(KeyState& ks, uint64_t key);
+  // Whether push `t` (its round in the key's numbering) fits the key's policy: the compressed flag
+  // as declared, a compressed payload no larger than the codec writes. Named errors otherwise.
+  static Status CheckCompressedPush(const KeyState& ks, const PushTask& t);
+  // Decodes a compressed push onto the round's sum; a payload that does not decode is an error
+  // naming the tensor, key, worker and round, and adds nothing.
+  static Status AddCompressed(KeyState& ks, const PushTask& t);
+  // The completing round's result: the compressed sum into ks.result / ks.result_len.
+  static Status FinishCompressed(KeyState& ks, uint64_t key);
   // Completes the current round: the joined absentees' zeros, the result, the waiters' replies.
   void CompleteRound(KeyState& ks, uint64_t key);
   // sum_engine_observe.cc: the metrics and the trace of the shard's rounds.

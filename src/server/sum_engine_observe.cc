@@ -31,7 +31,7 @@ void SumEngine::NoteArrival(KeyState& ks, const PushTask& t) {
   if (ks.pushed == 0) ks.first_push_at = now;
   by_worker_[t.worker].pushed->Add(t.bytes);
   by_worker_[t.worker].lag->Observe(std::chrono::duration<double>(now - ks.first_push_at).count());
-  summed_bytes_->Add(t.bytes);
+  summed_bytes_->Add(t.compressed ? ks.init.bytes : t.bytes);  // a compressed push: the partition it decodes to
   if (trace_ != nullptr && trace_->Wants(t.round)) NoteTracedPush(ks, t);
 }
 

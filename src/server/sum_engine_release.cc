@@ -43,6 +43,7 @@ void SumEngine::HandleRelease(const ReleaseTask& t) {
     ks.waiters.clear();
     ks.accum.reset();
     ks.parts.clear();
+    if (ks.compressed) ks.compressed->Discard();
     ks.pushed = 0;
   }
   MaybeFree(t.key);

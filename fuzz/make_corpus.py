@@ -178,6 +178,43 @@ def server_seeds():
     body += rec(1, 'PushPull', values(0, 4, 3), sender=1, rnd=2, key=key, req=24)
     body += rec(0, 'PushPull', values(0, 4, 3), sender=0, rnd=3, key=key, req=25, flush=True)
     s['join'] = config(2, 2) + body
+    # Compressed keys (flag 0x0004, docs/wire-format.md "Compressed payloads"): onebit with scaling
+    # and topk k=2 of 16 float32 elements; worker 1's first onebit push is damaged (a count that is
+    # not the key's), its resend is good; then a plain push to the compressed key and a compressed
+    # one to a plain key, both refused.
+    ckey1, ckey2, pkey = (11 << 16), (12 << 16), (13 << 16)
+    compressed = 0x0004
+
+    def onebit(w, rnd, count=16):
+        signs = bytes(((w * 37 + rnd * 11 + i) * 73) & 0xff for i in range(2))
+        return struct.pack('<BBBBIIf', 1, 2, 0, 1, count, 0, 0.5 + w + rnd) + signs
+
+    def topk(w, rnd):
+        return (struct.pack('<BBBBIIf', 1, 3, 0, 0, 16, 2, 0.0) + struct.pack('<2I', w, 9 + rnd) +
+                struct.pack('<2f', 1.5 + w, -2.0 - rnd))
+
+    body = hellos(2)
+    body += b''.join(rec(w, 'InitKey', key_init('enc.w', 64, 0, attrs='compressor=onebit;scaling=true'), sender=w,
+                         key=ckey1) for w in (0, 1))
+    body += b''.join(rec(w, 'InitKey', key_init('enc.b', 64, 0, attrs='compressor=topk;k=2;ef=vanilla'), sender=w,
+                         key=ckey2) for w in (0, 1))
+    body += declare(2, pkey, 'plain', 64, 0)
+    for r in (1, 2):
+        body += rec(0, 'PushPull', onebit(0, r), sender=0, rnd=r, key=ckey1, flags=compressed, req=30 + r)
+        if r == 1:
+            body += rec(1, 'PushPull', onebit(1, r, count=15), sender=1, rnd=r, key=ckey1, flags=compressed, req=40)
+        body += rec(1, 'PushPull', onebit(1, r), sender=1, rnd=r, key=ckey1, flags=compressed, req=40 + r,
+                    flush=True)
+        body += b''.join(rec(w, 'PushPull', topk(w, r), sender=w, rnd=r, key=ckey2, flags=compressed,
+                             req=50 + 10 * w + r) for w in (0, 1))
+    body += rec(0, 'PushPull', values(0, 16, 3), sender=0, rnd=3, key=ckey1, req=60)
+    body += rec(1, 'PushPull', onebit(1, 1), sender=1, rnd=1, key=pkey, flags=compressed, req=61)
+    s['compressed_keys'] = config(2, 2) + body
+    # A compressed declaration the server refuses: a min.
+    s['compressed_min'] = (config(2) + hellos(2) +
+                           rec(0, 'InitKey', key_init('m', 64, 0, op='min', attrs='compressor=onebit'), sender=0,
+                               key=ckey1) +
+                           rec(0, 'PushPull', onebit(0, 1), sender=0, rnd=1, key=ckey1, flags=compressed, req=70))
     return s
 
 

@@ -7,6 +7,9 @@
 // the round and, once all are in, combines them in rank order (common/adasum.h: the tensor is
 // one partition, so this is the whole tensor's Adasum). Workers that declare a key
 // differently (name, size, dtype, op or attributes) all get a kMismatch error naming what differs.
+// A "sum" key whose attributes configure compression (sum_engine_compressed.cc, compressed_key.h)
+// takes codec payloads (kFlagCompressed), decodes them onto a float32 sum and answers the round
+// with that sum compressed once.
 // A push is identified by (worker, key, round): a duplicate never counts twice.
 // Join (Horovod's join(), sum_engine_join.cc): a "join" key's push marks its worker joined on the
 // server's JoinBoard; while it is joined, rounds of the other keys complete without it, as if it

@@ -1,5 +1,6 @@
 """Gradient compression in real jobs (2 workers x 2 servers, and 2 hosts x 2 local processes):
-compressed tensors of several partitions next to uncompressed ones, every codec, checked exactly
+compressed tensors of several partitions next to uncompressed ones, every codec (and a fake-device
+tensor), checked exactly
 against a reference each worker computes with ``_core.codec_compress`` / ``codec_decompress``:
 each worker's (or host's) payload decoded and summed in float32, the sum compressed again as the
 server does (with the server's own error feedback for ef=vanilla), decoded and averaged. Also:
@@ -30,10 +31,10 @@ def values(r, rnd, salt):
     rng = np.random.default_rng(1000 * r + 17 * rnd + salt)
     return rng.standard_normal(N).astype(np.float32)
 
-def push(x, name, attrs, average=True, dtype=None):
+def push(x, name, attrs, average=True, dtype=None, device=(0, 0, 0)):
     out = np.empty_like(x)
     h = _basics.start_reduce(name, x.ctypes.data, out.ctypes.data, x.nbytes, F32 if dtype is None else dtype,
-                             c.OP_SUM, average, 0,
+                             c.OP_SUM, average, 0, device=device,
                              attrs=attrs, pending=_basics.Pending(x, out, ""))
     return _basics.synchronize(h)
 
@@ -114,13 +115,17 @@ CASES = [  # (name, push_pull attrs, codec params, ef)
     ("randomk", "compressor=randomk;k=0.05;seed=3", "compressor=randomk;k=0.05;seed=3", False),
     ("dithering", "compressor=dithering;k=8", "compressor=dithering;k=8", False),
     ("fp16", "cast=fp16", "cast=fp16", False),
+    # A (fake) device tensor: copy-in, compress, push-pull, decompress, copy-out (the device group's
+    # stages around them with several local processes).
+    ("device.topk", "compressor=topk;k=0.02;ef=vanilla", "compressor=topk;k=0.02", True),
 ]
 
 def run_cases():
     refs = {}
     for rnd in range(1, ROUNDS + 1):
         for salt, (name, attrs, params, ef) in enumerate(CASES):
-            got = push(values(rank, rnd, salt), f"c.{name}", f"shape={N};" + attrs)
+            device = (c.DEVICE_FAKE, bps.local_rank(), 0) if name.startswith("device") else (0, 0, 0)
+            got = push(values(rank, rnd, salt), f"c.{name}", f"shape={N};" + attrs, device=device)
             xs = host_inputs(rnd, salt)
             if name not in refs:  # round 1: find the declared key the name service gave
                 for dk in range(0, 64):
@@ -161,7 +166,7 @@ def test_compressed_sums_equal_the_reference_next_to_uncompressed_ones(run_job):
     assert sorted(x["rank"] for x in res) == [0, 1], r.output
     for x in res:
         assert x["failures"] == [], x
-        assert x["checked"] == 3 * (5 + 2), x
+        assert x["checked"] == 3 * (6 + 2), x
 
 
 def test_the_local_reduce_comes_before_compression(run_job):
@@ -172,7 +177,7 @@ def test_the_local_reduce_comes_before_compression(run_job):
     assert sorted(x["rank"] for x in res) == [0, 1, 2, 3], r.output
     for x in res:
         assert x["failures"] == [], x
-        assert x["checked"] == 3 * (5 + 2), x
+        assert x["checked"] == 3 * (6 + 2), x
 
 
 ERRORS = PRELUDE + r'''

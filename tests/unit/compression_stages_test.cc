@@ -77,14 +77,16 @@ TEST_F(CompressionStagesTest, CompressWritesWhatTheCodecWritesAndCarriesTheResid
   ASSERT_TRUE(codec_ref.ok());
   compress::ErrorFeedback ef_ref(8);
   std::vector<uint8_t> want(codec_ref.value()->MaxCompressedBytes(8));
-  lr = 0.1;
   for (uint32_t round = 1; round <= 2; ++round) {
+    // The engine's learning rate halves: the residual carried into round 2 is scaled by 0.1 / 0.05.
+    const double step_lr = round == 1 ? 0.1 : 0.05;
+    lr = step_lr;
     const std::vector<float> before = round == 1 ? g1 : g2;
     std::vector<float> in = before;
     auto op = Op(attrs, in.data(), out.data(), 1, 8);
     pipeline::PartitionTask* t = &op->parts[0];
     ASSERT_TRUE(Compress(t, round).ok());
-    ef_ref.SetLearningRate(0.1);
+    ef_ref.SetLearningRate(step_lr);
     auto n = ef_ref.Compress(*codec_ref.value(), before.data(), 8, t->key, round, want.data(), want.size());
     ASSERT_TRUE(n.ok());
     EXPECT_EQ(Payload(*t), std::vector<uint8_t>(want.begin(), want.begin() + *n)) << "round " << round;

@@ -193,6 +193,21 @@ int64_t byteps_codec_compress(const char* params, const char* tensor, int dtype,
 int byteps_codec_decompress(const char* params, const char* tensor, int dtype, const void* payload, size_t len,
                             size_t count, void* out, int add);
 
+/* Gradient compression in a job (docs/wire-format.md "Compressed payloads"): a tensor whose
+ * push_pull attrs carry compression keys ("compressor=topk;k=0.01;ef=vanilla") is compressed
+ * before it goes to the servers, when it has at least BYTEPS_MIN_COMPRESS_BYTES. */
+/* The learning rate of the coming step (> 0, finite): error feedback (ef=vanilla) scales its
+ * residual by the previous one / lr. May be called before init; kept for later engines.
+ * 0, or -1 (BYTEPS_INVALID_ARGUMENT). */
+int byteps_set_learning_rate(double lr);
+/* The compression parameters of every later push_pull of `name` whose attrs carry no compression
+ * keys (MXNet's byteps_declare_tensor(name, byteps_compressor_type="topk", ...)): n key/value
+ * pairs, keys as ParseParams takes them, optionally with a leading "byteps_" (stripped:
+ * "byteps_compressor_type" -> "compressor_type"). Checked now: a bad key or value is -1
+ * (BYTEPS_INVALID_ARGUMENT) naming the tensor. May be called before init; a later call for the
+ * same name replaces the earlier one. */
+int byteps_declare_tensor_params(const char* name, int n, const char** keys, const char** values);
+
 const char* byteps_last_error(void);
 int byteps_last_error_code(void);
 

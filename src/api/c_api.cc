@@ -98,6 +98,7 @@ int RefuseFinishedJobLocked(const byteps::config::Config& cfg) {
 int StartLocked(const byteps::config::Config& cfg) {
   auto engine = byteps::worker::Engine::Start(cfg);
   if (!engine.ok()) return SetError(engine.status());
+  byteps::api::ApplyCompressionSettings(*engine.value());
   g_engine = std::move(engine.value());
   return 0;
 }

@@ -25,6 +25,10 @@ std::shared_ptr<worker::Engine> CurrentEngine();
 int SetError(const Status& st);
 void ClearError();
 
+// Hands the learning rate and the per-name compression parameters set so far to a new engine
+// (c_api_compress.cc).
+void ApplyCompressionSettings(worker::Engine& engine);
+
 // Remembers `name` (with its size when declared with one) for byteps_resume.
 void Remember(const std::string& name, std::optional<std::pair<size_t, DataType>> size);
 

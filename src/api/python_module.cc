@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "byteps/c_api.h"
 
@@ -101,6 +102,28 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("params"), py::arg("tensor"), py::arg("dtype"), py::arg("payload"), py::arg("count"),
       py::arg("element_size"), py::arg("acc") = py::none());
+  // Gradient compression in a job (c_api.h): error feedback's learning rate, and per-name parameters
+  // ({"byteps_compressor_type": "topk", "byteps_compressor_k": 0.01, ...}; values are turned into
+  // strings: str(), bools as "true"/"false").
+  m.def(
+      "set_learning_rate", [](double lr) { Check(byteps_set_learning_rate(lr)); }, py::arg("lr"));
+  m.def(
+      "declare_tensor_params",
+      [](const std::string& name, const py::dict& params) {
+        std::vector<std::string> keys, values;
+        for (const auto& [k, v] : params) {
+          keys.push_back(py::str(k));
+          values.push_back(py::isinstance<py::bool_>(v) ? (v.cast<bool>() ? "true" : "false")
+                                                        : std::string(py::str(v)));
+        }
+        std::vector<const char*> kp, vp;
+        for (size_t i = 0; i < keys.size(); ++i) {
+          kp.push_back(keys[i].c_str());
+          vp.push_back(values[i].c_str());
+        }
+        Check(byteps_declare_tensor_params(name.c_str(), static_cast<int>(keys.size()), kp.data(), vp.data()));
+      },
+      py::arg("name"), py::arg("params"));
   m.def("is_initialized", [] { return byteps_is_initialized() != 0; });
   m.def("rank", [] { return Check(NoGil([] { return byteps_rank(); })); });
   m.def("size", [] { return Check(NoGil([] { return byteps_size(); })); });

@@ -52,6 +52,9 @@ struct Config {
   bool partition_bytes_pinned = false;
   bool scheduling_credit_pinned = false;
   bool connections_per_peer_pinned = false;
+  // BYTEPS_MIN_COMPRESS_BYTES: a tensor smaller than this is sent uncompressed even when its
+  // declaration asks for a compressor (the original's default, 64 KiB).
+  size_t min_compress_bytes = 65536;
   bool telemetry_on = true;            // BYTEPS_TELEMETRY_ON: get_pushpull_speed's samples
   double telemetry_window_s = 10;      // a sample per window this long (BytePS's 10 s; tests shorten it)
 

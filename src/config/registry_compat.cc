@@ -29,7 +29,8 @@ constexpr const char* kWhyGpu =
     "no NCCL groups, rings or reduce roots to choose";
 #endif
 constexpr const char* kWhyCompress =
-    "compression runs in the framework plugin (Compression.fp16), with no core thread pool or size threshold";
+    "the codecs run on each worker's own codec thread (one per process, beside the dispatcher): there is no "
+    "pool to size";
 constexpr const char* kWhySocket =
     "local processes reach each other through sockets and shared memory named by the job, not files in a "
     "directory";
@@ -104,7 +105,6 @@ constexpr Entry kCompatibility[] = {
     Ignored("BYTEPS_NCCL_NUM_RINGS", kWhyGpu),
     Ignored("BYTEPS_REDUCE_ROOTS", kWhyGpu),
     Ignored("BYTEPS_THREADPOOL_SIZE", kWhyCompress),
-    Ignored("BYTEPS_MIN_COMPRESS_BYTES", kWhyCompress),
     Ignored("BYTEPS_SOCKET_PATH", kWhySocket),
     Ignored("BYTEPS_KEY_HASH_FN", kWhyHash),
     Ignored("BYTEPS_BUILT_IN_HASH_COEF", kWhyHash),

@@ -188,6 +188,7 @@ void Engine::StartPipeline() {
   pc.size = size();
   pc.start_timeout_s = config_.start_timeout_s;
   pc.op_timeout_s = config_.op_timeout_s;
+  pc.learning_rate = &learning_rate_;
   pipelines_ = std::make_unique<PipelineSet>(pc);
   loop->Start();
   {
@@ -211,7 +212,16 @@ void Engine::StartPipeline() {
   }
 }
 
-StatusOr<HandleId> Engine::Enqueue(const TensorRequest& r) {
+StatusOr<HandleId> Engine::Enqueue(const TensorRequest& request) {
+  TensorRequest r = request;
+  {
+    std::optional<compress::Params> declared;
+    {
+      std::lock_guard<std::mutex> lock(declared_mu_);
+      if (auto it = declared_params_.find(r.name); it != declared_params_.end()) declared = it->second;
+    }
+    BYTEPS_RETURN_IF_ERROR(NormalizeCompression(r, declared ? &*declared : nullptr, config_.min_compress_bytes));
+  }
   const size_t contributed = r.op == ReduceOp::kConcat ? r.slice_bytes : r.bytes;
   if ((contributed > 0 && r.input == nullptr) || (r.bytes > 0 && r.output == nullptr)) {
     return InvalidArgument(fmt::format("push_pull of '{}': null data pointer", r.name));

@@ -21,12 +21,14 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/dtype.h"
 #include "common/metrics_http.h"
 #include "common/status.h"
+#include "compress/params.h"
 #include "config/config.h"
 #include "worker/speed_telemetry.h"
 #include "worker/staging_stats.h"
@@ -132,6 +134,22 @@ class Engine {
   // Waits for outstanding work, tells the scheduler we are done, waits for the job's end.
   Status Shutdown();
 
+  // Compression (engine_compression.cc). The learning rate of the coming step (> 0), which error
+  // feedback (ef=vanilla) scales its residual by (byteps_set_learning_rate); any thread.
+  void SetLearningRate(double lr);
+  // The compression parameters of every later push_pull of `name` whose attrs carry no compression
+  // keys (byteps_declare_tensor_params; keys may start with "byteps_"). Errors (InvalidArgument,
+  // naming the tensor): a key or value compress::ParseParams refuses. Any thread.
+  Status DeclareParams(const std::string& name, const std::vector<std::pair<std::string, std::string>>& kv);
+  // DeclareParams's check alone.
+  static Status CheckParams(const std::string& name, const std::vector<std::pair<std::string, std::string>>& kv);
+  // What Enqueue makes of a request's compression: parameters from its attrs' compression keys,
+  // else `declared` (may be null); refused (naming the tensor) for an op other than a plain sum or
+  // a dtype the codec cannot take; dropped for a tensor under min_compress_bytes; else attrs =
+  // the other attributes, in order, then Params::ToAttrs(), and r.compression set. A request
+  // without compression keys and without declared parameters is left exactly as it is.
+  static Status NormalizeCompression(TensorRequest& r, const compress::Params* declared, size_t min_compress_bytes);
+
  private:
   explicit Engine(const config::Config& config);
   Status StartLocal();
@@ -233,6 +251,10 @@ class Engine {
   // The credit tuner that a verdict started waits for the next Enqueue to open its first
   // iteration and apply its credit (guarded by plan_mu_).
   std::optional<size_t> credit_switch_;
+
+  std::atomic<double> learning_rate_{0};  // 0: none set (PipelineContext::learning_rate)
+  mutable std::mutex declared_mu_;
+  std::unordered_map<std::string, compress::Params> declared_params_;  // guarded by declared_mu_
 
   std::unique_ptr<metrics::HttpEndpoint> metrics_endpoint_;  // BYTEPS_METRICS_PORT; null: off
   int report_signal_ = 0;  // report_signal.h id; 0: none

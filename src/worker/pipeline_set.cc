@@ -3,6 +3,10 @@
 #include "device/group.h"
 
 #include "worker/stages/average_stage.h"
+#include "worker/stages/codec_thread.h"
+#include "worker/stages/compress_stage.h"
+#include "worker/stages/decompress_stage.h"
+#include "worker/stages/part_codecs.h"
 #include "worker/stages/copy_out_stage.h"
 #include "worker/stages/device_copy_stages.h"
 #include "worker/stages/device_staging.h"
@@ -31,6 +35,24 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
     push_pull_ = pp.get();
     network = add(std::move(pp));
   }
+  pipeline::Stage* compress = nullptr;
+  pipeline::Stage* decompress = nullptr;
+  if (network) {
+    part_codecs_ = std::make_unique<stages::PartCodecs>(c.learning_rate, c.size);
+    codec_ = std::make_unique<stages::CodecThread>();
+    compress = add(std::make_unique<stages::CompressStage>(c.loop, codec_.get(), part_codecs_.get()));
+    decompress = add(std::make_unique<stages::DecompressStage>(c.loop, codec_.get(), part_codecs_.get()));
+  }
+  // `list` with compress and decompress around the network stage (unchanged without it).
+  auto compressed = [&](const std::vector<pipeline::Stage*>& list) {
+    std::vector<pipeline::Stage*> out;
+    for (pipeline::Stage* s : list) {
+      if (s == network) out.push_back(compress);
+      out.push_back(s);
+      if (s == network) out.push_back(decompress);
+    }
+    return out;
+  };
   pipeline::Stage* average =
       root && !network && all ? add(std::make_unique<stages::AverageStage>(c.loop, c.size)) : nullptr;
   pipeline::Stage* local_broadcast = all ? add(std::make_unique<stages::LocalBroadcastStage>(c.loop, all)) : nullptr;
@@ -60,6 +82,7 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
         list.push_back(device_out);
       }
       list.push_back(group_bcast);
+      compressed_group_pipelines_[avg] = pipeline::Pipeline(compressed(list));
       group_pipelines_[avg] = pipeline::Pipeline(std::move(list));
     }
   }
@@ -79,14 +102,17 @@ PipelineSet::PipelineSet(const PipelineContext& c) : staging_(std::make_unique<s
         std::vector<pipeline::Stage*> on_device{device_in};
         on_device.insert(on_device.end(), list.begin(), list.end());
         on_device.push_back(device_out);
+        compressed_device_pipelines_[avg] = pipeline::Pipeline(compressed(on_device));
         device_pipelines_[avg] = pipeline::Pipeline(std::move(on_device));
       }
+      compressed_pipelines_[in_place][avg] = pipeline::Pipeline(compressed(list));
       pipelines_[in_place][avg] = pipeline::Pipeline(std::move(list));
     }
   }
 }
 
 PipelineSet::~PipelineSet() {
+  codec_.reset();    // its jobs reach the per-key state and the stages
   groups_.reset();   // first: waits for the collectives still queued, whose callbacks reach the stages
   staging_.reset();  // then the copies
 }
@@ -103,8 +129,11 @@ StatusOr<const pipeline::Pipeline*> PipelineSet::For(const TensorRequest& r) con
     if (groups_ && device::GroupsAvailable(r.device.kind)) {
       BYTEPS_ASSIGN_OR_RETURN(group, groups_->Ensure(r.device));
     }
-    return group ? &group_pipelines_[r.average ? 1 : 0] : &device_pipelines_[r.average ? 1 : 0];
+    const int avg = r.average ? 1 : 0;
+    if (r.compression) return group ? &compressed_group_pipelines_[avg] : &compressed_device_pipelines_[avg];
+    return group ? &group_pipelines_[avg] : &device_pipelines_[avg];
   }
+  if (r.compression) return &compressed_pipelines_[r.input == r.output ? 1 : 0][r.average ? 1 : 0];
   return &pipelines_[r.input == r.output ? 1 : 0][r.average ? 1 : 0];
 }
 

@@ -24,9 +24,18 @@
 //                    root] -> cross-broadcast -> copy-out -> group-broadcast
 //   switch non-root: group-reduce -> group-broadcast
 //
+// A compressed tensor (TensorRequest::compression) takes the same pipeline with compress just
+// before push-pull and decompress just after it (compress_stage.h, decompress_stage.h; the codec
+// work runs on the process's codec thread, codec_thread.h), where push-pull is in it:
+//   alone,      distributed:      compress -> push-pull -> decompress
+//   local root, distributed:      local-reduce -> compress -> push-pull -> decompress -> local-broadcast
+//   group root:                   ... copy-in [-> cross-reduce] -> compress -> push-pull -> decompress ...
+// Elsewhere (no push-pull in the process) it takes the uncompressed pipeline.
+//
 // Threading: immutable after construction (the staging it owns is thread-safe).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -43,6 +52,8 @@ namespace stages {
 class PushPullStage;
 class DeviceStaging;
 class DeviceGroups;
+class CodecThread;
+class PartCodecs;
 }
 
 struct PipelineContext {
@@ -53,6 +64,8 @@ struct PipelineContext {
   int size = 1;                                 // worker processes in the job (the divisor of `average`)
   double start_timeout_s = 60;                  // how long forming a host's device group may take
   double op_timeout_s = 300;                    // BYTEPS_TIMEOUT: how long a queued collective may take
+  // The learning rate error feedback scales its residual by (the engine's; outlives the set; null: none).
+  const std::atomic<double>* learning_rate = nullptr;
 };
 
 class PipelineSet {
@@ -75,11 +88,19 @@ class PipelineSet {
  private:
   std::unique_ptr<stages::DeviceStaging> staging_;  // before the stages: they use it until they go
   std::vector<std::unique_ptr<pipeline::Stage>> stages_;
+  // The codec thread and the per-key codec state of the compress and decompress stages (only with
+  // push-pull); the thread stops first in the destructor.
+  std::unique_ptr<stages::PartCodecs> part_codecs_;
+  std::unique_ptr<stages::CodecThread> codec_;
   stages::PushPullStage* push_pull_ = nullptr;
   pipeline::Pipeline pipelines_[2][2];  // host tensors: [in place][average]
   std::unique_ptr<stages::DeviceGroups> groups_;  // BYTEPS_LOCAL_SIZE > 1 (before the stages, after staging)
   pipeline::Pipeline device_pipelines_[2];  // device tensors: [average]
   pipeline::Pipeline group_pipelines_[2];   // device tensors over a device group: [average]
+  // The same with compress / decompress around push-pull (copies of the above without push-pull).
+  pipeline::Pipeline compressed_pipelines_[2][2];
+  pipeline::Pipeline compressed_device_pipelines_[2];
+  pipeline::Pipeline compressed_group_pipelines_[2];
 };
 
 }  // namespace byteps::worker

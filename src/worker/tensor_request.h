@@ -4,10 +4,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/dtype.h"
 #include "common/reducer.h"
+#include "compress/params.h"
 #include "device/device.h"
 #include "protocol/control.h"
 
@@ -85,6 +87,9 @@ struct TensorRequest {
   // Declaration attributes the servers compare across workers ("shape=2x3;root=1", the plugin's
   // choice; protocol::KeyInit::attrs): a difference fails every worker with kMismatch.
   std::string attrs{};
+  // The compression parameters (Engine::Enqueue sets them from the compression keys of `attrs`,
+  // or the name's declared ones, and rewrites `attrs` to their canonical form); null: sent as is.
+  std::shared_ptr<const compress::Params> compression{};
   // Run by a host's local root on behalf of its other processes after it joined (join_stand_ins.h):
   // not one of this process's own iterations (no online tuning, no speed telemetry).
   bool stand_in = false;

@@ -9,7 +9,9 @@ Routing (see docs/config.md):
   other process gets the proxy's port as ``DMLC_PS_ROOT_PORT``.
 
 The workers run :data:`WORKER_SCRIPT`: ``rounds`` rounds of a few tensors from 1 KiB to 4 MiB
-with known values (rank + round), every result compared exactly; ``ROUND r`` after each round
+with known values (rank + round), every result compared exactly (``FJ_COMPRESS`` in ``env``, e.g.
+``cast=fp16``: the tensors of 1 MiB and more are declared with those compression parameters; their
+small integer values stay exact); ``ROUND r`` after each round
 (so a test can inject a fault mid-job, see :meth:`FaultJob.wait_round`), ``ALL OK`` at the end,
 ``MISMATCH ...`` (exit 3) or ``FAILED <error>`` (exit 2) otherwise.
 """
@@ -44,6 +46,12 @@ BASE = [(np.arange(size) % 13).astype(dtype) for _, size, dtype, _ in TENSORS]
 try:
     bps.init()
     rank, n = bps.rank(), bps.size()
+    if os.environ.get("FJ_COMPRESS"):  # e.g. "cast=fp16": the tensors of 1 MiB and more go compressed
+        from byteps import _core
+        params = dict(kv.split("=", 1) for kv in os.environ["FJ_COMPRESS"].split(";"))
+        for name, size, dtype, _ in TENSORS:
+            if size * np.dtype(dtype).itemsize >= 1 << 20:
+                _core.declare_tensor_params("byteps." + name, params)
     start = time.monotonic()
     for r in range(1, ROUNDS + 1):
         out = []

@@ -454,6 +454,19 @@ TEST(ConfigCompat, EveryVariableOfTheOriginalRunsWithADisposition) {
   }
 }
 
+TEST(ConfigCompat, MinCompressBytesIsHonoured) {
+  EXPECT_EQ(Config{}.min_compress_bytes, 65536u);  // the original's default
+  Config c = MustLoad({{"BYTEPS_MIN_COMPRESS_BYTES", "1K"}});
+  EXPECT_EQ(c.min_compress_bytes, 1024u);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(MustLoad({{"BYTEPS_MIN_COMPRESS_BYTES", "0"}}).min_compress_bytes, 0u);
+  EXPECT_FALSE(Load(Environment{{"BYTEPS_MIN_COMPRESS_BYTES", "lots"}}).ok());
+  // The thread pool's size stays accepted with a warning: the codecs run on one codec thread.
+  Config t = MustLoad({{"BYTEPS_THREADPOOL_SIZE", "4"}});
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("codec thread"), std::string::npos) << t.warnings[0];
+}
+
 TEST(ConfigCompat, WhatCannotBeHonouredWarnsLoudlyWithTheFallback) {
   // The original's RDMA switches select the UCX transport, silently (honoured), unless
   // BYTEPS_TRANSPORT says otherwise: then it wins, with one warning.

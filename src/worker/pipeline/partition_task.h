@@ -43,6 +43,16 @@ struct PartitionTask {
   // The local reduce counted a joined local process's share as zeros (join() with several
   // processes per host): the push says so (protocol::kFlagJoinedShare).
   bool joined_share = false;
+  // A compressed tensor's partition (the compress stage sets it; all false / null otherwise): the
+  // push is a codec's payload (push_len bytes at src, protocol::kFlagCompressed) and the server's
+  // compressed reply lands in reply[0..reply_cap), reply_len bytes, for the decompress stage. The
+  // buffers belong to the compress stage's state of this key.
+  struct Wire {
+    bool compressed = false;
+    uint8_t* reply = nullptr;
+    size_t reply_cap = 0;
+    size_t reply_len = 0;
+  } wire;
   // Dispatcher bookkeeping (dispatcher thread only).
   enum class Where : uint8_t { kWaitingRound, kQueued, kRunning, kFinished };
   Where where = Where::kWaitingRound;  // in its current stage: for the stall report

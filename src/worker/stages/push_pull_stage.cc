@@ -76,6 +76,7 @@ server_links::OutFrame PushPullStage::PushFrame(const pipeline::PartitionTask& t
   f.header.payload_len = t.push_len;
   f.header.arg = static_cast<uint32_t>(t.push_offset);
   if (t.joined_share) f.header.flags |= protocol::kFlagJoinedShare;
+  if (t.wire.compressed) f.header.flags |= protocol::kFlagCompressed;
   f.data = t.src;
   f.len = t.push_len;
   return f;
@@ -160,6 +161,24 @@ StatusOr<transport::RecvBuffer> PushPullStage::OnReplyHeader(transport::Connecti
     return b;
   }
   const pipeline::PartitionTask& t = *it->second.task;
+  const bool compressed_reply = (h.flags & protocol::kFlagCompressed) != 0;
+  if (compressed_reply != t.wire.compressed) {
+    return ProtocolError(fmt::format("{} answered {} request {} (key {}) with {} reply", c.peer_name(),
+                                     t.wire.compressed ? "compressed" : "uncompressed", h.request_id, t.key,
+                                     compressed_reply ? "a compressed" : "an uncompressed"));
+  }
+  if (t.wire.compressed) {
+    if (h.arg != 0 || h.payload_len > t.wire.reply_cap || t.key != h.key) {
+      return ProtocolError(fmt::format("{} answered compressed request {} (key {}, at most {} bytes) with key {} and "
+                                       "{} bytes at offset {}",
+                                       c.peer_name(), h.request_id, t.key, t.wire.reply_cap, h.key, h.payload_len,
+                                       h.arg));
+    }
+    it->second.receiving_on = &c;
+    b.data = t.wire.reply;
+    b.size = h.payload_len;
+    return b;
+  }
   // A reducescatter's reply is this worker's slice of the partition, at offset `arg`.
   const bool slice = t.op->sliced_replies;
   const bool fits = slice ? h.arg <= t.len && h.payload_len <= t.len - h.arg : h.arg == 0 && h.payload_len == t.len;
@@ -202,7 +221,9 @@ void PushPullStage::OnReplyFrame(transport::Connection& c, const Header& h, tran
     deferred = it->second.deferred;
     in_flight_.erase(it);
   }
-  if (deferred.ok()) {
+  if (deferred.ok() && t->wire.compressed) {
+    t->wire.reply_len = h.payload_len;  // the decompress stage decodes (and averages) it
+  } else if (deferred.ok()) {
     t->src = t->dst;
     const TensorRequest& r = t->op->request;
     if (r.average) DivideInPlace(t->dst, t->len / DataTypeSize(r.dtype), r.dtype, size_);

@@ -5,6 +5,10 @@
 // the tensor to its server (InitKey) first, on the connection its frames use. Uses the credit
 // (bytes in flight).
 //
+// A compressed partition (task->wire.compressed, set by the compress stage) goes out with
+// kFlagCompressed; its reply must carry the flag too and lands in wire.reply (at most reply_cap
+// bytes; reply_len says how many), undivided: the decompress stage decodes and averages it.
+//
 // A server's error keeps its code: a request's error fails that partition; a declaration error
 // (request id 0) fails the tensor now and every later round of it.
 //
@@ -35,7 +39,10 @@ class PushPullStage : public pipeline::Stage, public server_links::DataClient {
   // `attrs` with attribute "members" (global ranks) as the hosts of those ranks, rank / local_size.
   static std::string HostMembers(const std::string& attrs, int local_size);
 
-  size_t CreditFor(const pipeline::PartitionTask& task) const override { return task.len; }
+  // A compressed partition holds the credit of the bytes it sends.
+  size_t CreditFor(const pipeline::PartitionTask& task) const override {
+    return task.wire.compressed ? task.push_len : task.len;
+  }
   void Start(pipeline::PartitionTask* task) override;
   void Flush() override;
   void FailAll(const Status& failure) override;

@@ -4,7 +4,7 @@
     /usr/bin/python3 -m bench.compression.run --parts digits  # the digits part only
     /usr/bin/python3 -m bench.compression.run --local ...     # loopback bpsrun, no namespaces
         [--compressors none,fp16,onebit,topk,randomk,dithering] [--n 4] [--k 4] [--rate 100]
-        [--epochs 20] [--iters 4] [--warmup 1] [--out bench-results/compression]
+        [--epochs 60] [--iters 4] [--warmup 1] [--out bench-results/compression]
 
 Run from the repository root, as root (network namespaces, tools/testbed) unless ``--local``.
 
@@ -62,7 +62,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--n", type=int, default=4, help="workers")
     ap.add_argument("--k", type=int, default=4, help="servers")
     ap.add_argument("--rate", type=int, default=100, help="Mbit/s per host, both directions (testbed)")
-    ap.add_argument("--epochs", type=int, default=20, help="digits epochs")
+    ap.add_argument("--epochs", type=int, default=60, help="digits epochs (60: at 1 %% density the error-feedback compressors need more steps than the main job's 20 epochs give them; docs/benchmarks.md)")
     ap.add_argument("--seed", type=int, default=0, help="digits seed (model init and shuffling)")
     ap.add_argument("--iters", type=int, default=4, help="vgg16 timed iterations")
     ap.add_argument("--warmup", type=int, default=1, help="vgg16 untimed iterations first")

@@ -213,14 +213,20 @@ void Engine::StartPipeline() {
 }
 
 StatusOr<HandleId> Engine::Enqueue(const TensorRequest& request) {
-  TensorRequest r = request;
-  {
+  // Only a request that may be compressed (compression keys in its attrs, or declared for its name)
+  // is copied and normalised: the uncompressed path stays as it was.
+  TensorRequest normalized;
+  const bool may_compress = !request.attrs.empty() || any_declared_params_.load(std::memory_order_acquire);
+  const TensorRequest& r = may_compress ? normalized : request;
+  if (may_compress) {
+    normalized = request;
     std::optional<compress::Params> declared;
     {
       std::lock_guard<std::mutex> lock(declared_mu_);
       if (auto it = declared_params_.find(r.name); it != declared_params_.end()) declared = it->second;
     }
-    BYTEPS_RETURN_IF_ERROR(NormalizeCompression(r, declared ? &*declared : nullptr, config_.min_compress_bytes));
+    BYTEPS_RETURN_IF_ERROR(
+        NormalizeCompression(normalized, declared ? &*declared : nullptr, config_.min_compress_bytes));
   }
   const size_t contributed = r.op == ReduceOp::kConcat ? r.slice_bytes : r.bytes;
   if ((contributed > 0 && r.input == nullptr) || (r.bytes > 0 && r.output == nullptr)) {

@@ -255,6 +255,7 @@ class Engine {
   std::atomic<double> learning_rate_{0};  // 0: none set (PipelineContext::learning_rate)
   mutable std::mutex declared_mu_;
   std::unordered_map<std::string, compress::Params> declared_params_;  // guarded by declared_mu_
+  std::atomic<bool> any_declared_params_{false};  // declared_params_ is not empty (read without the lock)
 
   std::unique_ptr<metrics::HttpEndpoint> metrics_endpoint_;  // BYTEPS_METRICS_PORT; null: off
   int report_signal_ = 0;  // report_signal.h id; 0: none

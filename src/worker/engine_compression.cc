@@ -78,6 +78,7 @@ Status Engine::DeclareParams(const std::string& name, const std::vector<std::pai
   BYTEPS_ASSIGN_OR_RETURN(compress::Params p, DeclaredParams(name, kv));
   std::lock_guard<std::mutex> lock(declared_mu_);
   declared_params_[name] = p;
+  any_declared_params_.store(true, std::memory_order_release);
   return Status::Ok();
 }
 

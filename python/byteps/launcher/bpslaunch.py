@@ -49,6 +49,14 @@ server / scheduler
     prints a note and exits 0, as a single-worker job needs no servers.  A command given to
     these roles is ignored (as in the original, so one command line can serve every machine).
 
+Slurm
+    Run as a Slurm task (``SLURM_PROCID`` set) without ``DMLC_ROLE``, bpslaunch derives every
+    variable above from Slurm's environment (:mod:`byteps.launcher.slurm`; the placement rule is
+    in docs/launchers.md) and starts this task's roles: the scheduler on the first node, a server
+    on each server node (``bpslaunch --servers K [--mode separate|colocated] CMD``, or
+    ``BYTEPS_SLURM_SERVERS``/``BYTEPS_SLURM_MODE``; group 1 of a heterogeneous job), the worker
+    on the others.  ``srun --ntasks-per-node=1 bpslaunch python3 train.py``.
+
 ``BYTEPS_JOB_SECRET`` is passed through but never generated: every process of a multi-machine
 job must share one, so only whoever starts the whole job can choose it.
 
@@ -68,6 +76,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 from . import corebin
+from .config_error import LaunchConfigError
 from .ports import metrics_port
 from .supervision import (EXIT_CANNOT_START, Child, Console, LaunchError, Waker, Wording, spawn,
                           stop_all, supervise)
@@ -78,8 +87,6 @@ GRACE_S = 5.0  # between forwarding SIGTERM/SIGINT and SIGKILL
 CONSOLE = Console("bpslaunch")  # its notes go to stderr: stdout belongs to the children
 
 
-class LaunchConfigError(ValueError):
-    """The environment or the command line does not describe a valid launch (exit 2)."""
 
 
 def note(message: str) -> None:
@@ -350,6 +357,35 @@ def joint_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, l
     return service_plan("server", server_env) + workers
 
 
+def slurm_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """Inside a Slurm allocation (SLURM_PROCID set, DMLC_ROLE unset): the roles this task runs,
+    derived by :func:`byteps.launcher.slurm.derive` (docs/launchers.md, "Slurm")."""
+    from . import slurm  # imports LaunchConfigError from here
+    command = slurm.apply_servers_option(command, env)
+    placement = slurm.derive(env, slurm.hostnames)
+    env.update(placement.env)
+    for name in [k for k in env if k.startswith("BYTEPS_SLURM_")]:
+        del env[name]  # bpslaunch's own: the core refuses settings it does not know
+    note(slurm.describe(placement))
+    plan: list[tuple[str, list[str], dict[str, str]]] = []
+    local_size = int(env.get("BYTEPS_LOCAL_SIZE", "1"))
+    for offset, role in enumerate(r for r in placement.roles if r != "worker"):
+        plan += service_plan(role, {**env, "DMLC_ROLE": role, **metrics_port(env, local_size + offset)})
+    if "worker" in placement.roles:
+        worker_env = {**env, "DMLC_ROLE": "worker"}
+        if placement.one_rank:  # one Slurm task per local rank: run the command once
+            if not command:
+                raise LaunchConfigError("missing the command to run (bpslaunch COMMAND [ARGS...])")
+            rank = int(worker_env["BYTEPS_LOCAL_RANK"])
+            plan.append((f"local_rank:{rank}", command_argv(command), {**worker_env, **metrics_port(env, rank)}))
+        else:
+            plan += worker_plan(command, worker_env)
+    if not plan:
+        note(f"Slurm node {placement.node}: nothing for this task to run (its node's roles run in "
+             "the node's first task); exiting")
+    return plan
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``bpslaunch`` console script; returns the exit code."""
     command = list(sys.argv[1:] if argv is None else argv)
@@ -361,12 +397,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     try:
-        role = check_env(env)
-        note(f"BytePS launching {role}")
-        if role == "joint":
-            plan = joint_plan(command, env)
+        if env.get("SLURM_PROCID", "").strip() and not env.get("DMLC_ROLE", "").strip():
+            plan = slurm_plan(command, env)
         else:
-            plan = worker_plan(command, env) if role == "worker" else service_plan(role, env)
+            plan = role_plan(command, env)
     except LaunchConfigError as err:
         note(f"error: {err}")
         return EXIT_USAGE
@@ -376,6 +410,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not plan:
         return 0
     return run_children(plan)
+
+
+def role_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    """The plan of the role DMLC_ROLE names."""
+    role = check_env(env)
+    note(f"BytePS launching {role}")
+    if role == "joint":
+        return joint_plan(command, env)
+    return worker_plan(command, env) if role == "worker" else service_plan(role, env)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,365 @@
+"""Roles of a BytePS job from a Slurm allocation's environment.
+
+``bpslaunch`` run as a Slurm task (``SLURM_PROCID`` set, ``DMLC_ROLE`` unset) calls
+:func:`derive` -- a pure function from the environment to the BytePS variables -- and then
+starts what bpslaunch starts for the derived roles.  The placement rule is documented in
+docs/launchers.md ("Slurm"):
+
+* nodes: ``SLURM_STEP_NODELIST``, else ``SLURM_JOB_NODELIST`` (expanded by ``scontrol show
+  hostnames`` when it is on PATH, else by :func:`expand_hostlist`); in a heterogeneous job
+  (``SLURM_HET_SIZE`` = 2) group 0 (``SLURM_JOB_NODELIST_HET_GROUP_0``) holds the workers and
+  group 1 the servers (CPU nodes);
+* otherwise ``BYTEPS_SLURM_SERVERS`` = K with ``BYTEPS_SLURM_MODE``: ``colocated`` (the default
+  without K: a server on every worker node) or ``separate`` (the default with K: the last K
+  nodes are servers);
+* the scheduler runs on the first node, worker ids follow node order;
+* port: ``DMLC_PS_ROOT_PORT`` if given, else 9000 + ``SLURM_JOB_ID`` % 1000;
+* ``BYTEPS_JOB_SECRET`` is required when the job spans several nodes; never generated;
+* the node's services (scheduler, server) run in its first task (``SLURM_LOCALID`` 0).  One
+  task on a worker node starts the local ranks itself (``BYTEPS_LOCAL_SIZE`` = GPUs of the step
+  / ``BYTEPS_SLURM_GPUS_PER_WORKER``, else 1); several tasks on a worker node are one local rank
+  each (``BYTEPS_LOCAL_RANK`` = ``SLURM_LOCALID``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence
+
+from .config_error import LaunchConfigError
+
+DEFAULT_PORT_BASE = 9000
+SCONTROL_TIMEOUT_S = 10.0
+MODES = ("colocated", "separate")
+
+
+# --------------------------------------------------------------------------------------------
+# Hostlist expressions
+
+
+def _split_top_level(text: str, variable: str) -> list[str]:
+    """Splits at commas outside brackets; checks that brackets pair and do not nest."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} (nested '[')")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} (']' without '[')")
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} (unclosed '[')")
+    items.append(text[start:])
+    return items
+
+
+def _expand_range_set(body: str, text: str, variable: str) -> list[str]:
+    """``"01-03,07"`` -> ``["01", "02", "03", "07"]``: the width of a zero-padded low end is kept."""
+    values: list[str] = []
+    for part in body.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} "
+                                    f"(bad range {part!r} in [{body}])")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} "
+                                    f"(reversed range {part!r})")
+        width = len(low) if low.startswith("0") and len(low) > 1 else 0
+        values.extend(str(n).zfill(width) for n in range(first, last + 1))
+    return values
+
+
+def _expand_item(item: str, text: str, variable: str) -> list[str]:
+    """One top-level item, e.g. ``gpu-a[1-2]-x[01,03]``: the product of its bracket groups."""
+    if not item:
+        raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} (empty host name)")
+    names = [""]
+    for literal, body in re.findall(r"([^\[\]]*)(?:\[([^\[\]]*)\])?", item):
+        names = [name + literal for name in names]
+        if body is not None and body != "":
+            names = [name + value for name in names for value in _expand_range_set(body, text, variable)]
+    if re.search(r"\[\]", item):
+        raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} (empty '[]')")
+    return names
+
+
+def expand_hostlist(text: str, variable: str = "SLURM_JOB_NODELIST") -> list[str]:
+    """Expands a Slurm hostlist expression: ``"node[01-03,07],login"`` -> ``["node01", "node02",
+    "node03", "node07", "login"]``.  Several bracket groups in one name multiply (the first
+    varies slowest); commas separate hosts only outside brackets.
+
+    Raises:
+        LaunchConfigError: a malformed expression (names ``variable`` and the text).
+    """
+    text = text.strip()
+    if not text:
+        raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} (empty)")
+    hosts: list[str] = []
+    for item in _split_top_level(text, variable):
+        hosts.extend(_expand_item(item.strip(), text, variable))
+    return hosts
+
+
+def scontrol_hostnames(text: str, variable: str) -> Optional[list[str]]:
+    """``scontrol show hostnames TEXT`` when scontrol is on PATH (None otherwise)."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return None
+    try:
+        out = subprocess.run([scontrol, "show", "hostnames", text], capture_output=True, text=True,
+                             timeout=SCONTROL_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise LaunchConfigError(f"scontrol show hostnames failed for {variable}={text!r}: {err}") from None
+    if out.returncode != 0 or not out.stdout.split():
+        raise LaunchConfigError(f"malformed Slurm hostlist in {variable}: {text!r} "
+                                f"(scontrol: {out.stderr.strip()})")
+    return out.stdout.split()
+
+
+def hostnames(text: str, variable: str) -> list[str]:
+    """The hosts of a nodelist: scontrol's expansion where available, else :func:`expand_hostlist`."""
+    return scontrol_hostnames(text, variable) or expand_hostlist(text, variable)
+
+
+# --------------------------------------------------------------------------------------------
+# Tasks and GPUs
+
+
+def expand_tasks_per_node(text: str, variable: str = "SLURM_TASKS_PER_NODE") -> list[int]:
+    """``"2(x3),1"`` -> ``[2, 2, 2, 1]``.
+
+    Raises:
+        LaunchConfigError: a malformed value (names the variable and the text).
+    """
+    counts: list[int] = []
+    for part in text.strip().split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < 1):
+            raise LaunchConfigError(f"malformed {variable}: {text!r} (expected N or N(xM), comma-separated)")
+        counts.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return counts
+
+
+def step_gpus(env: Mapping[str, str]) -> Optional[list[str]]:
+    """The GPUs Slurm gave the step: SLURM_STEP_GPUS, else SLURM_JOB_GPUS, else
+    CUDA_VISIBLE_DEVICES; None when none of them is set."""
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        if name in env:
+            return [g.strip() for g in env[name].split(",") if g.strip()]
+    return None
+
+
+def _int(env: Mapping[str, str], name: str, minimum: int = 0) -> int:
+    text = env.get(name, "").strip()
+    try:
+        value = int(text)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise LaunchConfigError(f"The env {name} must be an integer >= {minimum}, got {env.get(name)!r}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Placement
+
+
+@dataclass
+class SlurmPlacement:
+    """What one Slurm task runs: ``roles`` among scheduler/server/worker (empty: nothing) and
+    the BytePS variables; ``one_rank``: the task is a single local rank (several tasks on a
+    worker node), not the starter of every local rank."""
+
+    roles: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    one_rank: bool = False
+    node: str = ""
+
+
+def in_allocation(env: Mapping[str, str]) -> bool:
+    """bpslaunch derives the roles from Slurm: a Slurm task with no DMLC_ROLE."""
+    return bool(env.get("SLURM_PROCID", "").strip()) and not env.get("DMLC_ROLE", "").strip()
+
+
+def _nodes(env: Mapping[str, str], expand: Callable[[str, str], list[str]]) -> tuple[list[str], Optional[int]]:
+    """All nodes in order and, for a heterogeneous job, how many of them are workers (group 0)."""
+    het = env.get("SLURM_HET_SIZE", "").strip()
+    if het:
+        size = _int(env, "SLURM_HET_SIZE", 1)
+        if size != 2:
+            raise LaunchConfigError(f"SLURM_HET_SIZE={size}: bpslaunch places a heterogeneous job of "
+                                    f"two groups (0: workers, 1: servers), not {size}")
+        groups = []
+        for g in range(2):
+            name = f"SLURM_JOB_NODELIST_HET_GROUP_{g}"
+            if not env.get(name, "").strip():
+                raise LaunchConfigError(f"The env {name} is missing (heterogeneous job, SLURM_HET_SIZE=2)")
+            groups.append(expand(env[name], name))
+        return groups[0] + groups[1], len(groups[0])
+    for name in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"):
+        if env.get(name, "").strip():
+            return expand(env[name], name), None
+    raise LaunchConfigError("The env SLURM_JOB_NODELIST is missing (bpslaunch under Slurm, SLURM_PROCID set)")
+
+
+def _tasks_per_node(env: Mapping[str, str], n_nodes: int) -> list[int]:
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        if env.get(name, "").strip():
+            counts = expand_tasks_per_node(env[name], name)
+            if len(counts) != n_nodes:
+                raise LaunchConfigError(f"{name}={env[name]!r} gives {len(counts)} node(s) but the "
+                                        f"allocation has {n_nodes}")
+            return counts
+    if env.get("SLURM_NTASKS_PER_NODE", "").strip():
+        return [_int(env, "SLURM_NTASKS_PER_NODE", 1)] * n_nodes
+    if env.get("SLURM_NTASKS", "").strip():
+        ntasks = _int(env, "SLURM_NTASKS", 1)
+        if ntasks % n_nodes == 0:
+            return [ntasks // n_nodes] * n_nodes
+        raise LaunchConfigError(f"SLURM_NTASKS={ntasks} over {n_nodes} node(s) and no SLURM_TASKS_PER_NODE: "
+                                "cannot tell how many tasks each node runs")
+    return [1] * n_nodes
+
+
+def _my_node(env: Mapping[str, str], nodes: list[str]) -> int:
+    name = env.get("SLURMD_NODENAME", "").strip()
+    if name and name in nodes:
+        return nodes.index(name)
+    node_id = _int(env, "SLURM_NODEID", 0) if env.get("SLURM_NODEID", "").strip() else None
+    if node_id is None:
+        raise LaunchConfigError("The env SLURM_NODEID is missing (and SLURMD_NODENAME names no node of "
+                                "the allocation): cannot tell which node this task is on")
+    if node_id >= len(nodes):
+        raise LaunchConfigError(f"SLURM_NODEID={node_id} but the allocation has {len(nodes)} node(s)")
+    return node_id
+
+
+def _server_nodes(env: Mapping[str, str], n_nodes: int, het_workers: Optional[int]) -> tuple[int, bool]:
+    """(number of worker nodes, colocated)."""
+    if het_workers is not None:
+        return het_workers, False
+    mode = env.get("BYTEPS_SLURM_MODE", "").strip().lower()
+    if mode and mode not in MODES:
+        raise LaunchConfigError(f"BYTEPS_SLURM_MODE={env['BYTEPS_SLURM_MODE']!r}: expected one of {', '.join(MODES)}")
+    servers = _int(env, "BYTEPS_SLURM_SERVERS", 0) if env.get("BYTEPS_SLURM_SERVERS", "").strip() else None
+    if mode == "colocated" or (not mode and servers is None):
+        if servers is not None and servers != n_nodes:
+            raise LaunchConfigError(f"BYTEPS_SLURM_SERVERS={servers} with BYTEPS_SLURM_MODE=colocated: "
+                                    f"colocated means one server per node, {n_nodes} here")
+        return n_nodes, True
+    if servers is None or servers < 1:
+        raise LaunchConfigError("BYTEPS_SLURM_MODE=separate needs BYTEPS_SLURM_SERVERS (or --servers) >= 1")
+    if servers >= n_nodes:
+        raise LaunchConfigError(f"too few Slurm nodes for the roles asked: {servers} server node(s) "
+                                f"(BYTEPS_SLURM_SERVERS) leave no worker node among the allocation's "
+                                f"{n_nodes}; ask for more nodes or fewer servers")
+    return n_nodes - servers, False
+
+
+def derive(env: Mapping[str, str],
+           expand: Callable[[str, str], list[str]] = expand_hostlist) -> SlurmPlacement:
+    """The roles and BytePS variables of this Slurm task (pure: ``expand`` expands nodelists).
+
+    Raises:
+        LaunchConfigError: a malformed nodelist or task count, too few tasks or nodes for the
+            roles asked, a missing BYTEPS_JOB_SECRET on a multi-node job, or more GPUs per worker
+            than the step has.
+    """
+    nodes, het_workers = _nodes(env, expand)
+    if len(set(nodes)) != len(nodes):
+        dup = sorted({n for n in nodes if nodes.count(n) > 1})
+        raise LaunchConfigError(f"the Slurm nodelist names node(s) {', '.join(dup)} twice")
+    tasks = _tasks_per_node(env, len(nodes))
+    if env.get("SLURM_NTASKS", "").strip() and _int(env, "SLURM_NTASKS", 1) < len(nodes):
+        raise LaunchConfigError(f"too few Slurm tasks for the roles asked: SLURM_NTASKS={env['SLURM_NTASKS']} "
+                                f"but every one of the {len(nodes)} node(s) needs a task (srun --ntasks-per-node=1)")
+    idle = [nodes[i] for i, t in enumerate(tasks) if t < 1]
+    if idle:
+        raise LaunchConfigError(f"too few Slurm tasks for the roles asked: node(s) {', '.join(idle)} run no task")
+    n_workers, colocated = _server_nodes(env, len(nodes), het_workers)
+    n_servers = n_workers if colocated else len(nodes) - n_workers
+    if het_workers is not None and n_servers < 1:
+        raise LaunchConfigError("heterogeneous job: group 1 (the server nodes) has no node")
+    if len(nodes) > 1 and not env.get("BYTEPS_JOB_SECRET", "").strip():
+        raise LaunchConfigError(f"BYTEPS_JOB_SECRET is not set but the Slurm job spans {len(nodes)} nodes: "
+                                "give every task the same secret (e.g. export BYTEPS_JOB_SECRET=$(openssl "
+                                "rand -hex 16) in the sbatch script before srun)")
+    me = _my_node(env, nodes)
+    local_id = _int(env, "SLURM_LOCALID", 0) if env.get("SLURM_LOCALID", "").strip() else 0
+    is_worker = me < n_workers
+    roles: list[str] = []
+    if local_id == 0:
+        if me == 0:
+            roles.append("scheduler")
+        if not is_worker or colocated:
+            roles.append("server")
+    if env.get("DMLC_PS_ROOT_PORT", "").strip():
+        port = _int(env, "DMLC_PS_ROOT_PORT", 1)
+    else:
+        if not env.get("SLURM_JOB_ID", "").strip():
+            raise LaunchConfigError("The env SLURM_JOB_ID is missing: bpslaunch derives the scheduler's "
+                                    "port from it (or give DMLC_PS_ROOT_PORT)")
+        port = DEFAULT_PORT_BASE + _int(env, "SLURM_JOB_ID", 0) % 1000
+    out = {"DMLC_NUM_WORKER": str(n_workers), "DMLC_NUM_SERVER": str(n_servers),
+           "DMLC_PS_ROOT_URI": nodes[0], "DMLC_PS_ROOT_PORT": str(port)}
+    one_rank = False
+    if is_worker:
+        roles.append("worker")
+        out["DMLC_WORKER_ID"] = str(me)
+        local = _local_ranks(env, tasks[me], local_id)
+        out.update(local)
+        one_rank = tasks[me] > 1
+    return SlurmPlacement(roles=roles, env=out, one_rank=one_rank, node=nodes[me])
+
+
+def _local_ranks(env: Mapping[str, str], node_tasks: int, local_id: int) -> dict[str, str]:
+    """BYTEPS_LOCAL_RANK/SIZE of a worker task; checks BYTEPS_SLURM_GPUS_PER_WORKER."""
+    gpus = step_gpus(env)
+    per = env.get("BYTEPS_SLURM_GPUS_PER_WORKER", "").strip()
+    per_worker = _int(env, "BYTEPS_SLURM_GPUS_PER_WORKER", 1) if per else None
+    if per_worker is not None and per_worker > len(gpus or []):
+        raise LaunchConfigError(f"BYTEPS_SLURM_GPUS_PER_WORKER={per_worker} but the Slurm step has "
+                                f"{len(gpus or [])} GPU(s) on this node ({_gpu_source(env)})")
+    if node_tasks > 1:
+        return {"BYTEPS_LOCAL_RANK": str(local_id), "BYTEPS_LOCAL_SIZE": str(node_tasks)}
+    if env.get("BYTEPS_LOCAL_SIZE", "").strip():
+        return {"BYTEPS_LOCAL_SIZE": env["BYTEPS_LOCAL_SIZE"].strip()}
+    if gpus and per_worker:
+        return {"BYTEPS_LOCAL_SIZE": str(len(gpus) // per_worker)}
+    return {"BYTEPS_LOCAL_SIZE": "1"}
+
+
+def _gpu_source(env: Mapping[str, str]) -> str:
+    for name in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        if name in env:
+            return f"{name}={env[name]!r}"
+    return "no SLURM_STEP_GPUS, SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES"
+
+
+def describe(placement: SlurmPlacement) -> str:
+    """One line for bpslaunch's log."""
+    keys = ("DMLC_WORKER_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI",
+            "DMLC_PS_ROOT_PORT", "BYTEPS_LOCAL_RANK", "BYTEPS_LOCAL_SIZE")
+    values = " ".join(f"{k}={placement.env[k]}" for k in keys if k in placement.env)
+    return f"Slurm node {placement.node}: roles {'+'.join(placement.roles) or 'none'}; {values}"
+
+
+def apply_servers_option(command: Sequence[str], env: dict[str, str]) -> list[str]:
+    """Takes bpslaunch's ``--servers K`` / ``--mode M`` options off the command into env."""
+    rest = list(command)
+    while rest[:1] and rest[0] in ("--servers", "--mode"):
+        if len(rest) < 2:
+            raise LaunchConfigError(f"{rest[0]} needs a value (bpslaunch --servers K --mode separate CMD)")
+        key = "BYTEPS_SLURM_SERVERS" if rest[0] == "--servers" else "BYTEPS_SLURM_MODE"
+        env[key] = rest[1]
+        rest = rest[2:]
+    return rest[1:] if rest[:1] == ["--"] else rest

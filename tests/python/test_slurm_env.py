@@ -7,6 +7,7 @@ addresses 127.0.0.1-4 (checked against the same job under bpsrun).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORE_BINARY, PYTHON, free_port, missing_core, run_bpsrun
+from conftest import CORE_BINARY, PYTHON, REPO, free_port, missing_core, run_bpsrun
 from test_bpslaunch import FAKE_CORE, LAUNCH, launch_env
 
 from byteps.launcher import slurm
@@ -145,6 +146,13 @@ def test_heterogeneous_group_1_holds_the_servers() -> None:
             for p in placements} == {("2", "3", "g1")}
     # SLURMD_NODENAME wins over SLURM_NODEID (which a het step may number per group)
     assert slurm.derive(het(0, SLURMD_NODENAME="c2")).roles == ["server"]
+    # the plain task variables describe one component: not read in a heterogeneous job
+    assert slurm.derive(het(4, SLURM_NTASKS="2", SLURM_TASKS_PER_NODE="1(x2)")).roles == ["server"]
+    p = slurm.derive(het(1, SLURM_TASKS_PER_NODE_HET_GROUP_0="2(x2)", SLURM_TASKS_PER_NODE_HET_GROUP_1="1(x3)",
+                         SLURM_LOCALID="1"))
+    assert p.one_rank and p.env["BYTEPS_LOCAL_SIZE"] == "2"
+    with pytest.raises(LaunchConfigError, match="give 4 node\\(s\\) but the allocation has 5"):
+        slurm.derive(het(0, SLURM_TASKS_PER_NODE_HET_GROUP_0="2", SLURM_TASKS_PER_NODE_HET_GROUP_1="1(x3)"))
     with pytest.raises(LaunchConfigError, match="SLURM_HET_SIZE=3"):
         slurm.derive(het(0, SLURM_HET_SIZE="3"))
     env = het(0)
@@ -253,6 +261,21 @@ def test_bpslaunch_servers_option_and_roles_with_a_fake_core(tmp_path: Path) -> 
     assert "roles scheduler+worker" in r.stderr and "DMLC_NUM_WORKER=2 DMLC_NUM_SERVER=1" in r.stderr
     assert "W 0 worker" in r.stdout
     assert (tmp_path / "started").read_text().split() == ["scheduler", "scheduler"]  # FAKE_CORE: argv and DMLC_ROLE
+
+
+@pytest.mark.parametrize("script", sorted((REPO / "examples" / "slurm").glob("*.sbatch")), ids=lambda p: p.name)
+def test_example_sbatch_scripts(script: Path) -> None:
+    """Valid shell, a shared secret exported before srun, bpslaunch started by srun, and every
+    BYTEPS_SLURM_* setting one that bpslaunch reads."""
+    text = script.read_text()
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    assert text.index("\nexport BYTEPS_JOB_SECRET=") < text.index("\nsrun ")
+    assert any(line.startswith("srun ") and " bpslaunch " in line for line in text.splitlines())
+    source = (REPO / "python" / "byteps" / "launcher" / "slurm.py").read_text()
+    for name in set(re.findall(r"BYTEPS_SLURM_\w+", text)):
+        assert f'"{name}"' in source, name
+    if "hetjob" in text:
+        assert "--het-group=0,1" in text
 
 
 # --------------------------------------------------------------------------------------------

@@ -211,6 +211,19 @@ def _nodes(env: Mapping[str, str], expand: Callable[[str, str], list[str]]) -> t
     raise LaunchConfigError("The env SLURM_JOB_NODELIST is missing (bpslaunch under Slurm, SLURM_PROCID set)")
 
 
+def _het_tasks_per_node(env: Mapping[str, str], n_nodes: int) -> list[int]:
+    """A heterogeneous job's tasks per node: its groups' SLURM_TASKS_PER_NODE_HET_GROUP_<i>
+    (the plain variables describe one component), else one task per node."""
+    names = [f"SLURM_TASKS_PER_NODE_HET_GROUP_{g}" for g in range(2)]
+    if not all(env.get(name, "").strip() for name in names):
+        return [1] * n_nodes
+    counts = [c for name in names for c in expand_tasks_per_node(env[name], name)]
+    if len(counts) != n_nodes:
+        raise LaunchConfigError(f"{names[0]} and {names[1]} give {len(counts)} node(s) but the "
+                                f"allocation has {n_nodes}")
+    return counts
+
+
 def _tasks_per_node(env: Mapping[str, str], n_nodes: int) -> list[int]:
     for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
         if env.get(name, "").strip():
@@ -278,8 +291,8 @@ def derive(env: Mapping[str, str],
     if len(set(nodes)) != len(nodes):
         dup = sorted({n for n in nodes if nodes.count(n) > 1})
         raise LaunchConfigError(f"the Slurm nodelist names node(s) {', '.join(dup)} twice")
-    tasks = _tasks_per_node(env, len(nodes))
-    if env.get("SLURM_NTASKS", "").strip() and _int(env, "SLURM_NTASKS", 1) < len(nodes):
+    tasks = _tasks_per_node(env, len(nodes)) if het_workers is None else _het_tasks_per_node(env, len(nodes))
+    if het_workers is None and env.get("SLURM_NTASKS", "").strip() and _int(env, "SLURM_NTASKS", 1) < len(nodes):
         raise LaunchConfigError(f"too few Slurm tasks for the roles asked: SLURM_NTASKS={env['SLURM_NTASKS']} "
                                 f"but every one of the {len(nodes)} node(s) needs a task (srun --ntasks-per-node=1)")
     idle = [nodes[i] for i, t in enumerate(tasks) if t < 1]

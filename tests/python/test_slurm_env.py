@@ -278,6 +278,30 @@ def test_example_sbatch_scripts(script: Path) -> None:
         assert "--het-group=0,1" in text
 
 
+def test_bpslaunch_one_task_per_local_rank(tmp_path: Path) -> None:
+    """Four tasks on a worker node: the task of SLURM_LOCALID 2 runs the command once, as local
+    rank 2 of 4, and starts no service (they run in the node's first task)."""
+    core = tmp_path / "byteps-core"
+    core.write_text(FAKE_CORE)
+    core.chmod(0o755)
+    env = launch_env(**alloc("n[1-2]", 0, SLURM_TASKS_PER_NODE="4(x2)", SLURM_NTASKS="8", SLURM_LOCALID="2",
+                             SLURM_PROCID="2"),
+                     BYTEPS_CORE_BINARY=str(core), CORE_STARTED=str(tmp_path / "started"), PATH="/usr/bin:/bin")
+    show = ("import os; print('R', *(os.environ[k] for k in ('DMLC_ROLE', 'DMLC_WORKER_ID', "
+            "'BYTEPS_LOCAL_RANK', 'BYTEPS_LOCAL_SIZE')))")
+    r = subprocess.run(LAUNCH + [PYTHON, "-c", show], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r
+    assert [line for line in r.stdout.splitlines() if line.startswith("R ")] == ["R worker 0 2 4"]
+    assert not (tmp_path / "started").exists()
+
+
+def test_servers_option_outside_slurm_is_an_error() -> None:
+    env = launch_env(DMLC_ROLE="worker", DMLC_NUM_WORKER="1", PATH="/usr/bin:/bin")
+    r = subprocess.run(LAUNCH + ["--servers", "2", "true"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r
+    assert "--servers applies inside a Slurm allocation only" in r.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # One real job: 2 workers + 2 servers (separate), four "nodes" 127.0.0.1-4, one task each
 

@@ -368,7 +368,8 @@ def slurm_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, l
         del env[name]  # bpslaunch's own: the core refuses settings it does not know
     note(slurm.describe(placement))
     plan: list[tuple[str, list[str], dict[str, str]]] = []
-    local_size = int(env.get("BYTEPS_LOCAL_SIZE", "1"))
+    size_text = env.get("BYTEPS_LOCAL_SIZE", "").strip()  # checked by worker_plan; here metrics ports only
+    local_size = int(size_text) if size_text.isdigit() else 1
     for offset, role in enumerate(r for r in placement.roles if r != "worker"):
         plan += service_plan(role, {**env, "DMLC_ROLE": role, **metrics_port(env, local_size + offset)})
     if "worker" in placement.roles:
@@ -399,6 +400,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if env.get("SLURM_PROCID", "").strip() and not env.get("DMLC_ROLE", "").strip():
             plan = slurm_plan(command, env)
+        elif command[:1] in (["--servers"], ["--mode"]):
+            raise LaunchConfigError(f"{command[0]} applies inside a Slurm allocation only (SLURM_PROCID set "
+                                    "and DMLC_ROLE unset); elsewhere give DMLC_NUM_SERVER and each "
+                                    "machine's DMLC_ROLE")
         else:
             plan = role_plan(command, env)
     except LaunchConfigError as err:

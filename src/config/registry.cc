@@ -365,6 +365,15 @@ constexpr Entry kRegistry[] = {
      nullptr, "1"},
     {"BYTEPS_CORE_BINARY", "string",
      "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
+    {"BYTEPS_SLURM_SERVERS", "int",
+     "bpslaunch under Slurm: how many nodes run servers (docs/launchers.md; read by the launcher only)", Accept,
+     nullptr, ""},
+    {"BYTEPS_SLURM_MODE", "string",
+     "bpslaunch under Slurm: colocated or separate servers (docs/launchers.md; read by the launcher only)", Accept,
+     nullptr, ""},
+    {"BYTEPS_SLURM_GPUS_PER_WORKER", "int",
+     "bpslaunch under Slurm: GPUs each worker process uses (docs/launchers.md; read by the launcher only)", Accept,
+     nullptr, ""},
 };
 
 }  // namespace

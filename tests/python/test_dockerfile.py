@@ -157,6 +157,9 @@ def test_runtime_packages_provide_the_core_libraries(parsed, binary: Path) -> No
         if owner.returncode != 0:  # /lib is a link to /usr/lib on Debian 12
             owner = subprocess.run(["dpkg", "-S", path.replace("/lib/", "/usr/lib/", 1)],
                                    capture_output=True, text=True)
+        if owner.returncode != 0:  # loaded from elsewhere (e.g. CI's .gpu-bundle copy): the package by file name
+            owner = subprocess.run(["dpkg", "-S", "/usr/lib/*/" + Path(path).name],
+                                   capture_output=True, text=True)
         package = owner.stdout.split(":")[0] if owner.returncode == 0 else path
         if package not in provided:
             missing.append(f"{path} ({package})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,14 @@ def test_time_wait_connections_leave_the_port_free() -> None:
         sock.bind(("198.18.255.254", port))
     assert err.value.errno == errno.EADDRNOTAVAIL
     assert port_in_use("198.18.255.254", port) == ""
+
+
+def test_bpsrun_scheduler_port_in_use(held_port: int, tmp_path: Path) -> None:
+    """bpsrun --scheduler-port on a held port: exit 2 before anything starts (its command never runs)."""
+    marker = tmp_path / "worker-ran"
+    r = subprocess.run([sys.executable, "-m", "byteps.launcher.bpsrun", "-n", "2", "--scheduler-port", str(held_port),
+                        "--", "touch", str(marker)], env=launch_env(), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r
+    assert f"--scheduler-port {held_port} is already in use on 127.0.0.1 (" in r.stderr, r.stderr
+    assert "leave --scheduler-port out (bpsrun then picks a free one)" in r.stderr
+    assert not marker.exists()

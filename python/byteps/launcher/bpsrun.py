@@ -54,7 +54,7 @@ import sys
 from typing import Optional, Sequence
 
 from . import corebin, jobfiles
-from .ports import free_port, metrics_port
+from .ports import free_port, metrics_port, port_in_use
 from .supervision import (EXIT_CANNOT_START, EXIT_FAILURE, Child, Console, LaunchError, Waker, spawn,
                           stop_all, supervise)
 
@@ -118,6 +118,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error("--num-workers and --num-servers must be at least 1")
     if opts.scheduler_port is not None and not 0 < opts.scheduler_port < 65536:
         parser.error("--scheduler-port must be in 1..65535")
+    if opts.scheduler_port is not None:
+        reason = port_in_use(opts.host, opts.scheduler_port)
+        if reason:
+            parser.error(f"--scheduler-port {opts.scheduler_port} is already in use on {opts.host} ({reason}): "
+                         f"another job? give another port, or leave --scheduler-port out (bpsrun then picks a free one)")
     if opts.grace < 0 or (opts.timeout is not None and opts.timeout <= 0):
         parser.error("--grace must be >= 0 and --timeout > 0")
     return opts

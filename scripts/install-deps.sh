@@ -18,6 +18,8 @@ PKGS=(
   protobuf-compiler libzmq3-dev libprotobuf-dev
   # the OpenMPI peer of bench/collective (MPI_Allreduce, ring)
   openmpi-bin libopenmpi-dev
+  # tests/python/test_kubernetes_manifests.py: the Kubernetes API's models (the offline schema) and YAML
+  python3-kubernetes python3-yaml
 )
 
 missing=()

@@ -3,6 +3,9 @@
     python3 tools/k8s_render.py deploy/kubernetes/examples/four-workers          # YAML to stdout
     python3 tools/k8s_render.py --check deploy/kubernetes/examples/four-workers  # and validate
 
+Exit status: 0; 1 when --check finds an object the API would refuse; 2 for a kustomization this
+cannot render (outside the subset, a missing file or object) or a bad command line.
+
 The subset (anything else is an error naming the file and the field): ``resources`` (files and
 folders holding a kustomization), ``namespace``, ``labels`` (``pairs``, ``includeTemplates``;
 not ``includeSelectors``), ``images`` (``name``, ``newName``, ``newTag``, ``digest``),
@@ -227,8 +230,15 @@ def main(argv: list[str]) -> int:
             from k8s_schema import validate  # noqa: PLC0415 - only --check needs the kubernetes package
             for obj in objects:
                 validate(obj)
-    except Exception as err:  # RenderError, k8s_schema.SchemaError: the message names what
+    except RenderError as err:
         print(f"k8s_render: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # k8s_schema.SchemaError
+        print(f"k8s_render: {folders[0]}: {err}", file=sys.stderr)
+        return 1
+    except (KeyError, TypeError, AttributeError) as err:  # a field of the wrong shape
+        print(f"k8s_render: {folders[0]}: a kustomization or manifest of an unexpected shape: "
+              f"{type(err).__name__}: {err}", file=sys.stderr)
         return 2
     yaml.safe_dump_all(objects, sys.stdout, sort_keys=False)
     return 0

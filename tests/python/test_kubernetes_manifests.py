@@ -138,13 +138,14 @@ def role_problems(objects: list[dict]) -> list[str]:
         problems.append(f"the scheduler's Service selects {svc.get('selector')}, not the scheduler pod {labels}")
     if [p["port"] for p in svc["ports"]] != [port] or port_number(container(sched), svc["ports"][0]["targetPort"]) != port:
         problems.append(f"the scheduler's Service ports {svc['ports']} are not DMLC_PS_ROOT_PORT={port}")
-    probe = container(sched).get("readinessProbe", {}).get("tcpSocket", {})
+    probe = container(sched).get("startupProbe", {}).get("tcpSocket", {})
     if port_number(container(sched), probe.get("port", 0)) != port:
-        problems.append(f"the scheduler's readiness probe {probe} does not connect to DMLC_PS_ROOT_PORT={port}")
-    probe = container(servers).get("readinessProbe", {}).get("httpGet", {})
-    if probe.get("path") != "/metrics" or str(port_number(container(servers), probe.get("port", 0))) != config.get(
-            "BYTEPS_METRICS_PORT"):
-        problems.append(f"the servers' readiness probe {probe} is not /metrics on BYTEPS_METRICS_PORT")
+        problems.append(f"the scheduler's startup probe {probe} does not connect to DMLC_PS_ROOT_PORT={port}")
+    for whose, workload in (("the scheduler's", sched), ("the servers'", servers)):
+        probe = container(workload).get("readinessProbe", {}).get("httpGet", {})
+        if probe.get("path") != "/metrics" or str(port_number(container(workload), probe.get("port", 0))) != \
+                config.get("BYTEPS_METRICS_PORT"):
+            problems.append(f"{whose} readiness probe {probe} is not /metrics on BYTEPS_METRICS_PORT")
     return problems
 
 
@@ -264,3 +265,92 @@ def test_the_rendering_equals_kubectl_kustomize(overlay: str, tmp_path: Path) ->
     assert [key(o) for o in ours] == [key(o) for o in theirs]
     for mine, kustomize in zip(ours, theirs):
         assert mine == kustomize, key(mine)
+
+
+# --------------------------------------------------------------------------------------------
+# The base's pods as processes: each pod's environment as Kubernetes would give it, each pod on a
+# loopback address of its own (its status.podIP), the scheduler Service's name standing for the
+# scheduler's address, the workers running the base's command (`byteps doctor`) under bpslaunch,
+# the image's entrypoint. The readiness probes are tried as the kubelet tries them.
+
+
+def tcp_probe(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def http_probe(host: str, port: int, path: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=1) as answer:
+            return 200 <= answer.status < 400
+    except OSError:
+        return False
+
+
+def wait_for(probe, what: str, procs: list, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert time.monotonic() < deadline, f"{what} not ready within {seconds:g} s"
+        assert all(p.poll() is None for p in procs), f"a process exited while waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_the_base_pods_form_a_job_and_pass_their_readiness_probes(tmp_path: Path) -> None:
+    reason = missing_core()
+    if reason:
+        pytest.skip(reason)
+    objects = render(str(BASE))
+    assert role_problems(objects) == []
+    sched, servers, workers = (one(objects, "Deployment", "scheduler"), one(objects, "StatefulSet", "server"),
+                               one(objects, "Job", "worker"))
+    n = int(workers["spec"]["completions"])
+    assert int(servers["spec"]["replicas"]) == 1 and n == 2  # the addresses below
+    (tmp_path / "bin").mkdir()
+    shim = tmp_path / "bin" / "byteps"  # the image's `byteps` (deploy/docker/entry.sh)
+    shim.write_text(f"#!/bin/sh\nexec {PYTHON} -m byteps.cli \"$@\"\n")
+    shim.chmod(0o755)
+    port = free_port()
+    pods = [("scheduler", sched, "127.0.0.1", None), ("server", servers, "127.0.0.2", None)]
+    pods += [(f"worker{i}", workers, f"127.0.0.{3 + i}", i) for i in range(n)]
+    procs, logs, metrics = [], [], {"scheduler": free_port(), "pods": free_port()}
+    try:
+        for name, workload, ip, index in pods:
+            env = pod_env(objects, workload, ip, index)
+            assert env["DMLC_PS_ROOT_URI"] == "byteps-scheduler"  # the Service: here the scheduler's address
+            # Pods have a network each; here they share one: the scheduler listens on every address
+            # (no DMLC_NODE_HOST), the others on their own, so they can share the port.
+            env.update(DMLC_PS_ROOT_URI="127.0.0.1", DMLC_PS_ROOT_PORT=str(port), BYTEPS_START_TIMEOUT="30",
+                       BYTEPS_METRICS_PORT=str(metrics["scheduler" if name == "scheduler" else "pods"]))
+            env = job_env({**env, "BYTEPS_CORE_BINARY": str(CORE_BINARY),
+                           "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"})
+            logs.append(tmp_path / f"{name}.log")
+            with open(logs[-1], "wb") as log:
+                procs.append(subprocess.Popen([PYTHON, "-m", "byteps.launcher.bpslaunch",
+                                               *container(workload).get("args", [])],
+                                              env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            if name == "scheduler":  # startup: tcpSocket on DMLC_PS_ROOT_PORT; readiness: httpGet /metrics
+                wait_for(lambda: tcp_probe("127.0.0.1", port), "the scheduler (startup, tcpSocket)", procs)
+                for _ in range(3):
+                    wait_for(lambda: http_probe("127.0.0.1", metrics["scheduler"], "/metrics"),
+                             "the scheduler (readiness, httpGet)", procs)
+            if name == "server":  # readiness: httpGet /metrics on BYTEPS_METRICS_PORT
+                wait_for(lambda: http_probe("127.0.0.2", metrics["pods"], "/metrics"), "the server (httpGet)", procs)
+        deadline = time.monotonic() + 90
+        for p in procs:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)  # our own session
+                p.wait()
+    outputs = [log.read_text(errors="replace") for log in logs]
+    report = "\n".join(f"--- {pod[0]} rc={p.returncode}\n{out}" for pod, p, out in zip(pods, procs, outputs))
+    assert [p.returncode for p in procs] == [0] * len(procs), report
+    assert "byteps doctor: passed" in outputs[2] and f"with {n} workers" in outputs[2], report
+    assert "differs between workers" not in outputs[2], report  # every pod has the same settings
+    # The startup probe's one connection costs the scheduler one WARNING line; /metrics costs none.
+    assert outputs[0].count("closed the connection") == 1, report

@@ -172,6 +172,9 @@ def _build(folder: str) -> list[dict]:
     for p in k.get("patches", []):
         patch = _load_all(os.path.join(folder, p["path"]))[0] if "path" in p else yaml.safe_load(p["patch"])
         target = p.get("target", {})
+        if set(p) - {"path", "patch", "target"} or set(target) - {"kind", "name"}:
+            raise RenderError(f"{where}: patches: only path or patch and a target's kind and name are in the subset, "
+                              f"got {p}")
         kind, name = target.get("kind", patch.get("kind")), target.get("name", patch.get("metadata", {}).get("name"))
         obj = _find(objects, kind, name, where)
         patch = {key: value for key, value in patch.items() if key not in ("apiVersion", "kind")}

@@ -222,6 +222,19 @@ def test_the_renderer_refuses_what_it_does_not_render(tmp_path: Path) -> None:
         render(str(tmp_path))
 
 
+def test_the_command_line_checks_an_overlay(tmp_path: Path) -> None:
+    tool = [PYTHON, str(REPO / "tools" / "k8s_render.py"), "--check"]
+    r = subprocess.run([*tool, str(EXAMPLE)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and len(list(yaml.safe_load_all(r.stdout))) == 7, r.stderr
+    (tmp_path / "kustomization.yaml").write_text(f"resources: [{os.path.relpath(EXAMPLE, tmp_path)}]\n"
+                                                  "patches: [{path: workers.yaml}]\n")
+    (tmp_path / "workers.yaml").write_text("{apiVersion: batch/v1, kind: Job, metadata: {name: byteps-worker}, "
+                                           "spec: {parallelism: '4'}}\n")
+    r = subprocess.run([*tool, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (1, ""), r
+    assert r.stderr == f"k8s_render: {tmp_path}: Job/byteps-worker: spec.parallelism: expected int, got str '4'\n"
+
+
 # An overlay that uses the rest of the subset: an inline patch with a target, a digest, an image
 # under a registry with a port, labels without templates, a generator without the hash suffix.
 WIDER_OVERLAY = """

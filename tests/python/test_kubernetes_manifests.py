@@ -68,9 +68,11 @@ def pod_env(objects: list[dict], workload: dict, pod_ip: str, index: int | None 
         if "value" in var:
             env[var["name"]] = var["value"]
         elif "secretKeyRef" in ref or "configMapKeyRef" in ref:
-            kind, key_ref = ("Secret", ref["secretKeyRef"]) if "secretKeyRef" in ref else ("ConfigMap", ref["configMapKeyRef"])
+            kind = "Secret" if "secretKeyRef" in ref else "ConfigMap"
+            key_ref = ref["secretKeyRef" if kind == "Secret" else "configMapKeyRef"]
             values = data(kind, key_ref["name"])
-            assert key_ref["key"] in values, f"{where}: {var['name']}: {kind} {key_ref['name']} has no key {key_ref['key']}"
+            assert key_ref["key"] in values, \
+                f"{where}: {var['name']}: {kind} {key_ref['name']} has no key {key_ref['key']}"
             env[var["name"]] = values[key_ref["key"]]
         elif ref.get("fieldRef", {}).get("fieldPath") == "status.podIP":
             env[var["name"]] = pod_ip
@@ -126,8 +128,8 @@ def role_problems(objects: list[dict]) -> list[str]:
     # DMLC_PS_ROOT_URI is the headless Service that selects the scheduler, on its port.
     uri, port = config.get("DMLC_PS_ROOT_URI", ""), int(config.get("DMLC_PS_ROOT_PORT", 0))
     namespace = sched["metadata"].get("namespace")
-    services = [s for s in objects if s["kind"] == "Service" and uri in (
-        s["metadata"]["name"], f"{s['metadata']['name']}.{namespace}.svc", f"{s['metadata']['name']}.{namespace}.svc.cluster.local")]
+    services = [s for s in objects if s["kind"] == "Service" and uri in (  # the DNS names a pod can use
+        name := s["metadata"]["name"], f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")]
     if len(services) != 1:
         return problems + [f"DMLC_PS_ROOT_URI={uri!r} is the DNS name of no Service of the rendering"]
     svc = services[0]["spec"]
@@ -270,7 +272,8 @@ def test_the_rendering_equals_kubectl_kustomize(overlay: str, tmp_path: Path) ->
     folder = EXAMPLE
     if overlay == "wider":
         folder = tmp_path
-        (tmp_path / "kustomization.yaml").write_text(WIDER_OVERLAY.format(base=os.path.relpath(BASE, tmp_path), digest="ab" * 32))
+        overlay_text = WIDER_OVERLAY.format(base=os.path.relpath(BASE, tmp_path), digest="ab" * 32)
+        (tmp_path / "kustomization.yaml").write_text(overlay_text)
     r = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731

@@ -1,10 +1,14 @@
 """Renders a kustomization of the small subset deploy/kubernetes uses, without kubectl.
 
     python3 tools/k8s_render.py deploy/kubernetes/examples/four-workers          # YAML to stdout
-    python3 tools/k8s_render.py --check deploy/kubernetes/examples/four-workers  # and validate
+    python3 tools/k8s_render.py --check deploy/kubernetes/examples/four-workers  # and check
 
-Exit status: 0; 1 when --check finds an object the API would refuse; 2 for a kustomization this
-cannot render (outside the subset, a missing file or object) or a bad command line.
+--check validates every object against the API schema (tools/k8s_schema.py) and checks that the
+job can form (tools/k8s_job.py: each role's variables, the counts, the scheduler's Service).
+
+Exit status: 0; 1 when --check finds an object the API would refuse or a job that cannot form;
+2 for a kustomization this cannot render (outside the subset, a missing file or object) or a bad
+command line.
 
 The subset (anything else is an error naming the file and the field): ``resources`` (files and
 folders holding a kustomization), ``namespace``, ``labels`` (``pairs``, ``includeTemplates``;
@@ -230,9 +234,15 @@ def main(argv: list[str]) -> int:
         objects = render(folders[0])
         if check:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-            from k8s_schema import validate  # noqa: PLC0415 - only --check needs the kubernetes package
+            from k8s_job import role_problems  # noqa: PLC0415 - only --check needs them
+            from k8s_schema import validate  # noqa: PLC0415 - the kubernetes package
             for obj in objects:
                 validate(obj)
+            problems = role_problems(objects)
+            for problem in problems:
+                print(f"k8s_render: {folders[0]}: {problem}", file=sys.stderr)
+            if problems:
+                return 1
     except RenderError as err:
         print(f"k8s_render: {err}", file=sys.stderr)
         return 2

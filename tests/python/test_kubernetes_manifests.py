@@ -7,7 +7,6 @@ on loopback addresses (one per pod), with the readiness probes tried against it.
 
 from __future__ import annotations
 
-import base64
 import copy
 import os
 import shutil
@@ -22,6 +21,7 @@ import pytest
 import yaml
 
 from conftest import CORE_BINARY, PYTHON, REPO, free_port, job_env, missing_core
+from tools.k8s_job import container, one, pod_env, role_problems
 from tools.k8s_render import RenderError, render
 from tools.k8s_schema import SchemaError, validate
 
@@ -29,128 +29,6 @@ BASE = REPO / "deploy" / "kubernetes" / "base"
 EXAMPLE = REPO / "deploy" / "kubernetes" / "examples" / "four-workers"
 KINDS = {("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"), ("apps/v1", "Deployment"),
          ("apps/v1", "StatefulSet"), ("batch/v1", "Job")}
-NEEDED = {"DMLC_ROLE", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER",
-          "BYTEPS_JOB_SECRET"}
-INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-
-
-def one(objects: list[dict], kind: str, component: str | None = None) -> dict:
-    found = [o for o in objects if o["kind"] == kind and (component is None or o["spec"].get("template", {}).get(
-        "metadata", {}).get("labels", {}).get("app.kubernetes.io/component") == component)]
-    assert len(found) == 1, f"expected one {kind} {component or ''}, found {[o['metadata']['name'] for o in found]}"
-    return found[0]
-
-
-def container(workload: dict) -> dict:
-    containers = workload["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1, workload["metadata"]["name"]
-    return containers[0]
-
-
-def pod_env(objects: list[dict], workload: dict, pod_ip: str, index: int | None = None) -> dict[str, str]:
-    """The environment Kubernetes gives the workload's container: envFrom, then env, every
-    reference resolved against the rendered objects (a dangling one fails)."""
-    named = {(o["kind"], o["metadata"]["name"]): o for o in objects}
-    where = f"{workload['kind']}/{workload['metadata']['name']}"
-
-    def data(kind: str, name: str) -> dict[str, str]:
-        assert (kind, name) in named, f"{where} refers to {kind} {name!r}, which the rendering lacks"
-        values = named[(kind, name)].get("data", {})
-        return {k: base64.b64decode(v).decode() for k, v in values.items()} if kind == "Secret" else values
-
-    env: dict[str, str] = {}
-    c = container(workload)
-    for source in c.get("envFrom", []):
-        env.update(data("ConfigMap", source["configMapRef"]["name"]) if "configMapRef" in source
-                   else data("Secret", source["secretRef"]["name"]))
-    for var in c.get("env", []):
-        ref = var.get("valueFrom", {})
-        if "value" in var:
-            env[var["name"]] = var["value"]
-        elif "secretKeyRef" in ref or "configMapKeyRef" in ref:
-            kind = "Secret" if "secretKeyRef" in ref else "ConfigMap"
-            key_ref = ref["secretKeyRef" if kind == "Secret" else "configMapKeyRef"]
-            values = data(kind, key_ref["name"])
-            assert key_ref["key"] in values, \
-                f"{where}: {var['name']}: {kind} {key_ref['name']} has no key {key_ref['key']}"
-            env[var["name"]] = values[key_ref["key"]]
-        elif ref.get("fieldRef", {}).get("fieldPath") == "status.podIP":
-            env[var["name"]] = pod_ip
-        elif ref.get("fieldRef", {}).get("fieldPath") == INDEX:
-            assert workload["kind"] == "Job" and workload["spec"].get("completionMode") == "Indexed", \
-                f"{where}: {var['name']} reads the completion index, which only an Indexed Job's pods have"
-            env[var["name"]] = str(index)
-        else:
-            raise AssertionError(f"{where}: {var['name']}: a source this test does not resolve: {var}")
-    return env
-
-
-def port_number(c: dict, port) -> int:
-    """A probe's or Service's port: a number, or the name of one of the container's ports."""
-    if isinstance(port, int):
-        return port
-    numbers = [p["containerPort"] for p in c.get("ports", []) if p.get("name") == port]
-    assert numbers, f"container {c['name']} has no port named {port!r}"
-    return numbers[0]
-
-
-def role_problems(objects: list[dict]) -> list[str]:
-    """What stops the rendered job from forming, each named; empty when nothing does."""
-    problems = []
-    sched, servers, workers = (one(objects, "Deployment", "scheduler"), one(objects, "StatefulSet", "server"),
-                               one(objects, "Job", "worker"))
-    envs = {"scheduler": pod_env(objects, sched, "10.0.0.1"), "server": pod_env(objects, servers, "10.0.0.2"),
-            "worker": pod_env(objects, workers, "10.0.0.3", index=0)}
-    for role, env in envs.items():
-        problems += [f"{role}: {name} is not set" for name in sorted(NEEDED - set(env))]
-        if env.get("DMLC_ROLE") != role:
-            problems.append(f"{role}: DMLC_ROLE={env.get('DMLC_ROLE')!r}")
-    worker_id = next((v for v in container(workers).get("env", []) if v["name"] == "DMLC_WORKER_ID"), {})
-    if worker_id.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != INDEX:
-        problems.append(f"worker: DMLC_WORKER_ID does not come from the completion index: {worker_id}")
-    if any(v["name"] == "BYTEPS_JOB_SECRET" and "secretKeyRef" not in v.get("valueFrom", {})
-           for w in (sched, servers, workers) for v in container(w).get("env", [])):
-        problems.append("BYTEPS_JOB_SECRET is not read from the Secret (secretKeyRef) in every role")
-    if len({e.get(k) for e in envs.values() for k in ("BYTEPS_JOB_SECRET",)}) != 1:
-        problems.append("the roles do not share one BYTEPS_JOB_SECRET")
-    config = envs["worker"]
-    n, k = config.get("DMLC_NUM_WORKER"), config.get("DMLC_NUM_SERVER")
-    spec = workers["spec"]
-    if spec.get("completionMode") != "Indexed" or str(spec.get("completions")) != n or str(spec.get("parallelism")) != n:
-        problems.append(f"workers: completionMode {spec.get('completionMode')}, completions {spec.get('completions')}, "
-                        f"parallelism {spec.get('parallelism')}; DMLC_NUM_WORKER={n}")
-    if str(servers["spec"].get("replicas")) != k:
-        problems.append(f"servers: replicas {servers['spec'].get('replicas')}; DMLC_NUM_SERVER={k}")
-    if servers["spec"].get("podManagementPolicy") != "Parallel":
-        problems.append("servers: podManagementPolicy is not Parallel")
-    if not container(workers).get("resources", {}).get("limits", {}).get("nvidia.com/gpu"):
-        problems.append("workers: no nvidia.com/gpu limit")
-    # DMLC_PS_ROOT_URI is the headless Service that selects the scheduler, on its port.
-    uri, port = config.get("DMLC_PS_ROOT_URI", ""), int(config.get("DMLC_PS_ROOT_PORT", 0))
-    namespace = sched["metadata"].get("namespace")
-    services = [s for s in objects if s["kind"] == "Service" and uri in (  # the DNS names a pod can use
-        name := s["metadata"]["name"], f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local")]
-    if len(services) != 1:
-        return problems + [f"DMLC_PS_ROOT_URI={uri!r} is the DNS name of no Service of the rendering"]
-    svc = services[0]["spec"]
-    labels = sched["spec"]["template"]["metadata"]["labels"]
-    if svc.get("clusterIP") != "None" or not svc.get("publishNotReadyAddresses"):
-        problems.append("the scheduler's Service is not headless with publishNotReadyAddresses")
-    if not svc.get("selector") or any(labels.get(key) != value for key, value in svc["selector"].items()):
-        problems.append(f"the scheduler's Service selects {svc.get('selector')}, not the scheduler pod {labels}")
-    if [p["port"] for p in svc["ports"]] != [port] or port_number(container(sched), svc["ports"][0]["targetPort"]) != port:
-        problems.append(f"the scheduler's Service ports {svc['ports']} are not DMLC_PS_ROOT_PORT={port}")
-    probe = container(sched).get("startupProbe", {}).get("tcpSocket", {})
-    if port_number(container(sched), probe.get("port", 0)) != port:
-        problems.append(f"the scheduler's startup probe {probe} does not connect to DMLC_PS_ROOT_PORT={port}")
-    for whose, workload in (("the scheduler's", sched), ("the servers'", servers)):
-        probe = container(workload).get("readinessProbe", {}).get("httpGet", {})
-        if probe.get("path") != "/metrics" or str(port_number(container(workload), probe.get("port", 0))) != \
-                config.get("BYTEPS_METRICS_PORT"):
-            problems.append(f"{whose} readiness probe {probe} is not /metrics on BYTEPS_METRICS_PORT")
-    return problems
-
-
 @pytest.mark.parametrize("folder", [BASE, EXAMPLE], ids=["base", "example"])
 def test_renders_and_every_object_passes_the_api_schema(folder: Path) -> None:
     objects = render(str(folder))
@@ -235,6 +113,12 @@ def test_the_command_line_checks_an_overlay(tmp_path: Path) -> None:
     r = subprocess.run([*tool, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stdout) == (1, ""), r
     assert r.stderr == f"k8s_render: {tmp_path}: Job/byteps-worker: spec.parallelism: expected int, got str '4'\n"
+    (tmp_path / "workers.yaml").write_text("{apiVersion: batch/v1, kind: Job, metadata: {name: byteps-worker}, "
+                                           "spec: {completions: 3}}\n")
+    r = subprocess.run([*tool, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (1, ""), r
+    assert r.stderr == (f"k8s_render: {tmp_path}: workers: completionMode Indexed, completions 3, parallelism 4; "
+                        "DMLC_NUM_WORKER=4\n")
 
 
 # An overlay that uses the rest of the subset: an inline patch with a target, a digest, an image

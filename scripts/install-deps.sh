@@ -18,6 +18,8 @@ PKGS=(
   protobuf-compiler libzmq3-dev libprotobuf-dev
   # the OpenMPI peer of bench/collective (MPI_Allreduce, ring)
   openmpi-bin libopenmpi-dev
+  # the real one-machine Slurm of tests/python/test_slurm_real.py (munged, slurmctld, slurmd, srun)
+  slurm-wlm munge
   # tests/python/test_kubernetes_manifests.py: the Kubernetes API's models (the offline schema) and YAML
   python3-kubernetes python3-yaml
 )

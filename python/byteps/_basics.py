@@ -7,7 +7,7 @@ A plugin turns its tensors into (data pointer, byte count, dtype code) and calls
 * :func:`init` / :func:`shutdown` / :func:`suspend` and the rank/size queries.  Unlike the
   original BytePS (which returned rank 0 / size 1 before init, quirk §11.9), the queries raise
   ``byteps._core.BytePSError`` before :func:`init`.
-* :class:`HandleManager` keeps each operation's input and output alive until it is synchronized,
+* :class:`HandleManager` (in ``_handles``) keeps each operation's input and output alive until it is synchronized,
   because the core reads and writes those buffers from its I/O threads until then.
 * :func:`core_name` maps user names to core names (``"byteps." + name``).
 
@@ -23,12 +23,9 @@ Thread-safety: every function here may be called from any thread.
 from __future__ import annotations
 
 import atexit
-import collections
 import os
 import sys
 import threading
-import time
-from dataclasses import dataclass
 from typing import Any, Optional
 
 _BUILD_HINT = ("byteps native core not built: run cmake -S . -B build && cmake --build build "
@@ -206,81 +203,7 @@ def declare_tensor(name: str, nbytes: int, dtype: int) -> int:
     return core().declare_tensor(core_name(name), int(nbytes), int(dtype))
 
 
-def _core_function(name: str):
-    """``_core.<name>``, or RuntimeError saying the core is too old for it."""
-    fn = getattr(core(), name, None)
-    if fn is None:
-        raise RuntimeError(f"this byteps core has no {name}: it predates gradient compression's Python API; "
-                           f"rebuild the core (scripts/build.sh or pip install .)")
-    return fn
-
-
-def set_learning_rate(lr: float) -> None:
-    """Tells the core the current learning rate (error feedback scales its residual by the ratio
-    of the previous learning rate to this one)."""
-    lr = float(lr)
-    _core_function("set_learning_rate")(lr)
-
-
-def declare_tensor_params(name: str, params: dict) -> None:
-    """Per-name compression parameters (MXNet's ``byteps_declare_tensor(name, byteps_compressor_type=...)``):
-    ``params`` keys with or without ``byteps_``; values passed as lowercased strings.  Later
-    push_pulls of ``name`` that carry no compression attributes get these."""
-    if name is None:
-        raise TypeError("declare_tensor_params() needs a name")
-    values = {}
-    for key, value in params.items():
-        if isinstance(value, bool):
-            text = "true" if value else "false"
-        else:
-            text = str(value).lower()
-        values[str(key)] = text
-    _core_function("declare_tensor_params")(core_name(name), values)
-
-
-@dataclass
-class Pending:
-    """What a handle keeps alive until it is synchronized."""
-
-    input: Any
-    output: Any
-    name: str  # core name
-    meta: Any = None  # plugin-specific (e.g. how to return the output)
-    nbytes: int = 0  # the input bytes
-
-
-class HandleManager:
-    """Maps core handles to their :class:`Pending` operation.  Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[int, Pending] = {}
-
-    def add(self, handle: int, pending: Pending) -> int:
-        with self._lock:
-            self._pending[handle] = pending
-        return handle
-
-    def get(self, handle: int) -> Pending:
-        with self._lock:
-            pending = self._pending.get(handle)
-        if pending is None:
-            raise ValueError(f"unknown byteps handle {handle!r} (never returned by push_pull_async, "
-                             f"or already synchronized)")
-        return pending
-
-    def remove(self, handle: int) -> None:
-        with self._lock:
-            self._pending.pop(handle, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._pending.clear()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._pending)
-
+from ._handles import HandleManager, Pending  # noqa: E402,F401  (re-exported: plugins use _basics.Pending)
 
 handles = HandleManager()
 
@@ -439,3 +362,7 @@ def get_pushpull_speed() -> tuple[int, float]:
 def _release(c, handle: int) -> None:
     c.release(handle)
     handles.remove(handle)
+
+
+# The compression calls (their own module; re-exported: the plugins call them through _basics).
+from ._core_compression import declare_tensor_params, set_learning_rate  # noqa: E402,F401

@@ -90,9 +90,6 @@ Status SetLevel(const Arg& a, log::Level& out) {
   return Status::Ok();
 }
 
-// Settings without a Config field (read by launchers, or reserved) need no parsing here.
-Status Accept(const Arg&, Config&) { return Status::Ok(); }
-
 // Async training changes the server's semantics (no rounds); it is not built yet, so the job runs
 // synchronously and says so loudly (BYTEPS_STRICT_CONFIG=1 makes that an error).
 Status MapAsync(const Arg& a, Config& c) {
@@ -349,31 +346,11 @@ constexpr Entry kRegistry[] = {
      "on the library path; NCCL_HOME when unset",
      [](const Arg& a, Config& c) { c.nccl_home = a.value; return Status::Ok(); },
      [](const Config& c) { return c.nccl_home; }},
-    {"BYTEPS_NUMA_ON", "bool",
-     "bpslaunch binds each local rank to CPU cores (taskset) when 1, or when BYTEPS_VISIBLE_CPU_CORES is set; "
-     "default 0 (the original defaulted it on)", Accept, nullptr, "0"},
-    {"BYTEPS_VISIBLE_CPU_CORES", "string",
-     "bpslaunch: the cores of each local rank, \"a,b-c:d-e\" (one colon-separated entry per rank); without it "
-     "the allowed cores are split evenly, the root (last) rank taking the remainder", Accept, nullptr, ""},
     {"BYTEPS_TELEMETRY_ON", "bool",
      "push_pull speed sampling for get_pushpull_speed(): one sample per 10 s window of completed push_pulls; 0 "
      "turns it off",
      [](const Arg& a, Config& c) { return SetBool(a, c.telemetry_on); },
      [](const Config& c) { return std::string(c.telemetry_on ? "1" : "0"); }},
-    {"BYTEPS_PROGRESS", "bool",
-     "0: the main job and the benchmarks show no progress bar or progress lines (read by Python only)", Accept,
-     nullptr, "1"},
-    {"BYTEPS_CORE_BINARY", "string",
-     "path of the byteps core binary (used by Python launchers only)", Accept, nullptr, ""},
-    {"BYTEPS_SLURM_SERVERS", "int",
-     "bpslaunch under Slurm: how many nodes run servers (docs/launchers.md; read by the launcher only)", Accept,
-     nullptr, ""},
-    {"BYTEPS_SLURM_MODE", "string",
-     "bpslaunch under Slurm: colocated or separate servers (docs/launchers.md; read by the launcher only)", Accept,
-     nullptr, ""},
-    {"BYTEPS_SLURM_GPUS_PER_WORKER", "int",
-     "bpslaunch under Slurm: GPUs each worker process uses (docs/launchers.md; read by the launcher only)", Accept,
-     nullptr, ""},
 };
 
 }  // namespace
@@ -393,6 +370,8 @@ std::string FormatSeconds(double v) { return fmt::format("{}", v); }
 std::span<const Entry> Registry() {
   static const std::vector<Entry> all = [] {
     std::vector<Entry> v(std::begin(kRegistry), std::end(kRegistry));
+    const auto launcher = LauncherEntries();
+    v.insert(v.end(), launcher.begin(), launcher.end());
     const auto compat = CompatibilityEntries();
     v.insert(v.end(), compat.begin(), compat.end());
     return v;

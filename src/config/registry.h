@@ -45,9 +45,11 @@ struct Entry {
 };
 
 // Every setting, in the order of `byteps info`, Settings() and docs/config.md: byteps' own and
-// the honoured / mapped original names (registry.cc), then the ignored and build-time original
-// names (CompatibilityEntries, registry_compat.cc).
+// the honoured / mapped original names (registry.cc), the launchers' own (LauncherEntries,
+// registry_launcher.cc), then the ignored and build-time original names (CompatibilityEntries,
+// registry_compat.cc).
 std::span<const Entry> Registry();
+std::span<const Entry> LauncherEntries();
 std::span<const Entry> CompatibilityEntries();
 // The entry named `name`, or nullptr.
 const Entry* FindEntry(std::string_view name);

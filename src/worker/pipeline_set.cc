@@ -3,9 +3,8 @@
 #include "device/group.h"
 
 #include "worker/stages/average_stage.h"
+#include "worker/stages/codec_stages.h"
 #include "worker/stages/codec_thread.h"
-#include "worker/stages/compress_stage.h"
-#include "worker/stages/decompress_stage.h"
 #include "worker/stages/part_codecs.h"
 #include "worker/stages/copy_out_stage.h"
 #include "worker/stages/device_copy_stages.h"
@@ -117,7 +116,10 @@ PipelineSet::~PipelineSet() {
   staging_.reset();  // then the copies
 }
 
-void PipelineSet::RetireGeneration(uint32_t generation) { staging_->Retire(generation); }
+void PipelineSet::RetireGeneration(uint32_t generation) {
+  staging_->Retire(generation);
+  if (codec_) codec_->Post([codecs = part_codecs_.get(), generation] { codecs->Retire(generation); });
+}
 
 StagingStats PipelineSet::staging_stats() const { return staging_->stats(); }
 

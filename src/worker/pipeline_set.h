@@ -25,7 +25,7 @@
 //   switch non-root: group-reduce -> group-broadcast
 //
 // A compressed tensor (TensorRequest::compression) takes the same pipeline with compress just
-// before push-pull and decompress just after it (compress_stage.h, decompress_stage.h; the codec
+// before push-pull and decompress just after it (codec_stages.h; the codec
 // work runs on the process's codec thread, codec_thread.h), where push-pull is in it:
 //   alone,      distributed:      compress -> push-pull -> decompress
 //   local root, distributed:      local-reduce -> compress -> push-pull -> decompress -> local-broadcast
@@ -80,7 +80,7 @@ class PipelineSet {
   stages::PushPullStage* push_pull() const { return push_pull_; }
   // The online tuner left key generation `generation` behind for good (planning/key_assigner.h):
   // what the pipelines hold per key of it goes once its last rounds are done (the device tensors'
-  // pinned staging). Any thread.
+  // pinned staging, the compressed tensors' codec state). Any thread.
   void RetireGeneration(uint32_t generation);
   // The device tensors' pinned staging memory (staging_stats.h). Any thread.
   StagingStats staging_stats() const;

@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from byteps import _basics  # noqa: E402
+from byteps import _basics, _core_compression  # noqa: E402
 from byteps.torch.compression import Compression, attrs_of, has_error_feedback  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
@@ -139,7 +139,7 @@ def core_calls(monkeypatch):
     def fake(name):
         return lambda *args: calls.append((name, *args))
 
-    monkeypatch.setattr(_basics, "_core_function", fake)
+    monkeypatch.setattr(_core_compression, "_core_function", fake)
     return calls
 
 

@@ -69,6 +69,8 @@ def test_hostnames_uses_scontrol_when_on_path(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(LaunchConfigError, match="malformed Slurm hostlist in SLURM_JOB_NODELIST: 'x\\[' "
                                                 "\\(scontrol: bad hostlist\\)"):
         slurm.hostnames("x[", "SLURM_JOB_NODELIST")
+    # scontrol failing (e.g. no Slurm configuration on this host) on a well-formed list: our parser
+    assert slurm.hostnames("x[1-2]", "SLURM_JOB_NODELIST") == ["x1", "x2"]
 
 
 @pytest.mark.parametrize("text, counts", [
@@ -173,6 +175,28 @@ def test_several_tasks_on_a_worker_node_are_local_ranks() -> None:
     env = alloc("n[1-2]", 1, SLURM_TASKS_PER_NODE="2(x2)", SLURM_NTASKS="4", SLURM_LOCALID="1",
                 BYTEPS_SLURM_SERVERS="1")
     assert slurm.derive(env).roles == []
+
+
+@pytest.mark.parametrize("task, roles", [(0, ["scheduler", "worker"]), (1, ["worker"]), (2, ["server"]),
+                                         (3, ["server"])])
+def test_one_node_separate_its_tasks_stand_for_nodes(task: int, roles: list[str]) -> None:
+    """One node, four tasks, --servers 2: task i plays node i (the real Slurm job's layout)."""
+    env = alloc("n1", 0, SLURM_TASKS_PER_NODE="4", SLURM_NTASKS="4", SLURM_LOCALID=str(task),
+                SLURM_PROCID=str(task), BYTEPS_SLURM_SERVERS="2")
+    del env["BYTEPS_JOB_SECRET"]  # one node: not required
+    p = slurm.derive(env)
+    assert p.roles == roles and not p.one_rank and p.node == "n1"
+    assert (p.env["DMLC_NUM_WORKER"], p.env["DMLC_NUM_SERVER"], p.env["DMLC_PS_ROOT_URI"]) == ("2", "2", "n1")
+    assert p.env.get("DMLC_WORKER_ID") == (str(task) if task < 2 else None)
+    assert p.env.get("BYTEPS_LOCAL_SIZE") == ("1" if task < 2 else None)
+    # colocated (the default without --servers) keeps one worker whose tasks are its local ranks
+    colocated = {k: v for k, v in env.items() if k != "BYTEPS_SLURM_SERVERS"}
+    assert slurm.derive(colocated).one_rank and slurm.derive(colocated).env["BYTEPS_LOCAL_SIZE"] == "4"
+    with pytest.raises(LaunchConfigError, match="too few Slurm tasks for the roles asked: 4 server\\(s\\) "
+                                                "\\(BYTEPS_SLURM_SERVERS\\) leave no worker among the 4 task"):
+        slurm.derive({**env, "BYTEPS_SLURM_SERVERS": "4"})
+    with pytest.raises(LaunchConfigError, match="SLURM_LOCALID=4 but node n1 runs 4 task"):
+        slurm.derive({**env, "SLURM_LOCALID": "4"})
 
 
 @pytest.mark.parametrize("extra, size", [
@@ -305,15 +329,21 @@ def test_servers_option_outside_slurm_is_an_error() -> None:
 # --------------------------------------------------------------------------------------------
 # One real job: 2 workers + 2 servers (separate), four "nodes" 127.0.0.1-4, one task each
 
+# Also reused by test_slurm_real.py.  digest: every byte of both results (the second from seeded
+# random values), so equal lines mean bitwise equal arrays.
 PUSH_PULL_RESULT = """
+import hashlib
 import numpy as np
 import byteps.numpy as bps
 bps.init()
 rank = bps.rank()
 x = np.arange(1000, dtype=np.float32) * (rank + 1)
 total = bps.push_pull(x, average=False, name="slurm.x")
+y = np.random.default_rng(7 + rank).standard_normal(50000).astype(np.float32)
+mean = bps.push_pull(y, average=True, name="slurm.y")
 assert bps.size() == 2, bps.size()
-print(f"RESULT rank={rank} sum={float(total.sum())} head={total[:3].tolist()}", flush=True)
+digest = hashlib.sha256(total.tobytes() + mean.tobytes()).hexdigest()[:16]
+print(f"RESULT rank={rank} sum={float(total.sum())} head={total[:3].tolist()} digest={digest}", flush=True)
 bps.shutdown()
 """
 
@@ -349,7 +379,9 @@ def test_real_job_from_fake_slurm_environments(tmp_path: Path) -> None:
     assert "roles scheduler+worker" in outputs[0] and "roles server" in outputs[3], report
     results = sorted(line for out in outputs for line in out.splitlines() if line.startswith("RESULT"))
     expected_sum = float(sum(range(1000)) * 3)
-    assert results == [f"RESULT rank={r} sum={expected_sum} head=[0.0, 3.0, 6.0]" for r in (0, 1)], report
+    assert [line.rsplit(" digest=", 1)[0] for line in results] == [
+        f"RESULT rank={r} sum={expected_sum} head=[0.0, 3.0, 6.0]" for r in (0, 1)], report
+    assert len({line.rsplit(" digest=", 1)[1] for line in results}) == 1, report  # both ranks: one result
 
     # The same job under bpsrun gives the same result.
     (tmp_path / "bpsrun").mkdir()

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <numeric>
 #include <vector>
 
@@ -14,10 +15,10 @@
 #include "compress/momentum.h"
 #include "protocol/control.h"
 #include "protocol/frame.h"
+#include "protocol/key_layout.h"
 #include "worker/engine.h"
 #include "worker/stages/codec_thread.h"
-#include "worker/stages/compress_stage.h"
-#include "worker/stages/decompress_stage.h"
+#include "worker/stages/codec_stages.h"
 #include "worker/stages/part_codecs.h"
 #include "worker/stages/push_pull_stage.h"
 #include "worker_test_util.h"
@@ -43,8 +44,9 @@ class CompressionStagesTest : public ::testing::Test {
  protected:
   // An operation of `parts` partitions of `n` float32 (or `dtype`) elements, compressed with `attrs`.
   std::shared_ptr<pipeline::Operation> Op(const std::string& attrs, const void* in, void* out, size_t parts,
-                                          size_t n, DataType dtype = DataType::kFloat32, bool average = false) {
-    plans.push_back(MakePlan("grad", 5, parts, n * DataTypeSize(dtype), dtype));
+                                          size_t n, DataType dtype = DataType::kFloat32, bool average = false,
+                                          uint32_t declared_key = 5) {
+    plans.push_back(MakePlan("grad", declared_key, parts, n * DataTypeSize(dtype), dtype));
     auto op = MakeOp(*plans.back(), pipeline, in, out, 0, average);
     op->request.compression = std::make_shared<const compress::Params>(MustParams(attrs));
     ops.push_back(op);  // alive to the end: the sink records completions by task address
@@ -176,6 +178,39 @@ TEST_F(CompressionStagesTest, ADamagedReplyIsANamedProtocolError) {
   EXPECT_EQ(st.code(), StatusCode::kProtocol) << st.ToString();
   EXPECT_NE(st.message().find("'grad'"), std::string::npos) << st.message();
   EXPECT_EQ(out, std::vector<float>(8, 0.f));  // untouched
+}
+
+TEST_F(CompressionStagesTest, RetiringAGenerationFreesItsKeysStateOnceTheirRoundsAreDecoded) {
+  const std::string attrs = "compressor=topk;k=2;ef=vanilla";
+  std::vector<float> in(8, 1.f), out(8);
+  auto kept = Op(attrs, in.data(), out.data(), 1, 8, DataType::kFloat32, false, protocol::MakeDeclaredKey(0, 5));
+  auto flying = Op(attrs, in.data(), out.data(), 1, 8, DataType::kFloat32, false, protocol::MakeDeclaredKey(1, 5));
+  auto done = Op(attrs, in.data(), out.data(), 1, 8, DataType::kFloat32, false, protocol::MakeDeclaredKey(1, 6));
+  auto codec_ref = compress::MakeCodec(MustParams(attrs), DataType::kFloat32, "grad");
+  ASSERT_TRUE(codec_ref.ok());
+  const auto decode = [&](pipeline::PartitionTask* t) {
+    auto n = codec_ref.value()->Compress(in.data(), 8, t->key, 1, t->wire.reply, t->wire.reply_cap);
+    ASSERT_TRUE(n.ok());
+    t->wire.reply_len = *n;
+    decompress.Start(t);
+    ASSERT_TRUE(decoded.WaitFor(t).ok());
+  };
+  const auto retire = [&](uint32_t g) {
+    std::promise<void> ran;
+    codec.Post([&] { codecs.Retire(g); });
+    codec.Post([&] { ran.set_value(); });  // after the one before it
+    ASSERT_EQ(ran.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  };
+  for (auto* op : {&kept, &flying, &done}) ASSERT_TRUE(Compress(&(*op)->parts[0], 1).ok());
+  decode(&done->parts[0]);
+  ASSERT_EQ(codecs.size(), 3u);
+  retire(1);
+  EXPECT_EQ(codecs.size(), 2u);  // generation 1's idle key went; its key with a round in flight stays
+  EXPECT_EQ(codecs.error_feedback(done->parts[0].key), nullptr);
+  EXPECT_NE(codecs.error_feedback(flying->parts[0].key), nullptr);
+  decode(&flying->parts[0]);  // its last round: decoded, then its state goes
+  EXPECT_EQ(codecs.size(), 1u);
+  EXPECT_NE(codecs.error_feedback(kept->parts[0].key), nullptr);  // generation 0 is untouched
 }
 
 TEST(CodecThreadTest, FailAllCompletesTheQueuedJobsWithTheFailure) {

@@ -5,5 +5,6 @@ workers -- on one machine; ``bpslaunch`` (:mod:`byteps.launcher.bpslaunch`) star
 machine's part of a job from the environment, as the original did.  Both supervise their
 processes with :mod:`byteps.launcher.supervision`; :mod:`byteps.launcher.corebin` locates the
 C++ core executable that runs the scheduler and server roles; :mod:`byteps.launcher.ports`
-finds free ports.
+finds free ports and checks the scheduler's.  Inside a Slurm allocation ``bpslaunch`` derives
+the roles with :mod:`byteps.launcher.slurm` and plans them with :mod:`byteps.launcher.slurm_start`.
 """

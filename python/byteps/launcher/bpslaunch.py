@@ -48,14 +48,13 @@ server / scheduler
     distributed job (``DMLC_NUM_WORKER > 1`` or ``BYTEPS_FORCE_DISTRIBUTED=1``); otherwise it
     prints a note and exits 0, as a single-worker job needs no servers.  A command given to
     these roles is ignored (as in the original, so one command line can serve every machine).
+    Before the scheduler starts, ``DMLC_PS_ROOT_PORT`` must be free on this host (exit 2 if not).
 
 Slurm
     Run as a Slurm task (``SLURM_PROCID`` set) without ``DMLC_ROLE``, bpslaunch derives every
     variable above from Slurm's environment (:mod:`byteps.launcher.slurm`; the placement rule is
-    in docs/launchers.md) and starts this task's roles: the scheduler on the first node, a server
-    on each server node (``bpslaunch --servers K [--mode separate|colocated] CMD``, or
-    ``BYTEPS_SLURM_SERVERS``/``BYTEPS_SLURM_MODE``; group 1 of a heterogeneous job), the worker
-    on the others.  ``srun --ntasks-per-node=1 bpslaunch python3 train.py``.
+    in docs/launchers.md; the plan: :mod:`byteps.launcher.slurm_start`) and starts this task's
+    roles.  ``srun --ntasks-per-node=1 bpslaunch [--servers K] python3 train.py``.
 
 ``BYTEPS_JOB_SECRET`` is passed through but never generated: every process of a multi-machine
 job must share one, so only whoever starts the whole job can choose it.
@@ -77,7 +76,7 @@ from typing import Mapping, Optional, Sequence
 
 from . import corebin
 from .config_error import LaunchConfigError
-from .ports import metrics_port
+from .ports import check_root_port, metrics_port
 from .supervision import (EXIT_CANNOT_START, Child, Console, LaunchError, Waker, Wording, spawn,
                           stop_all, supervise)
 
@@ -85,8 +84,6 @@ ROLES = ("worker", "server", "scheduler", "joint")
 EXIT_USAGE = 2
 GRACE_S = 5.0  # between forwarding SIGTERM/SIGINT and SIGKILL
 CONSOLE = Console("bpslaunch")  # its notes go to stderr: stdout belongs to the children
-
-
 
 
 def note(message: str) -> None:
@@ -343,6 +340,8 @@ def service_plan(role: str, env: dict[str, str]) -> list[tuple[str, list[str], d
         core = corebin.find_core_binary()
     except FileNotFoundError as err:
         raise LaunchError(str(err)) from err
+    if role == "scheduler":
+        check_root_port(env)  # before anything starts
     return [(role, [core, role], env)]
 
 
@@ -357,36 +356,6 @@ def joint_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, l
     return service_plan("server", server_env) + workers
 
 
-def slurm_plan(command: Sequence[str], env: dict[str, str]) -> list[tuple[str, list[str], dict[str, str]]]:
-    """Inside a Slurm allocation (SLURM_PROCID set, DMLC_ROLE unset): the roles this task runs,
-    derived by :func:`byteps.launcher.slurm.derive` (docs/launchers.md, "Slurm")."""
-    from . import slurm  # imports LaunchConfigError from here
-    command = slurm.apply_servers_option(command, env)
-    placement = slurm.derive(env, slurm.hostnames)
-    env.update(placement.env)
-    for name in [k for k in env if k.startswith("BYTEPS_SLURM_")]:
-        del env[name]  # bpslaunch's own: the core refuses settings it does not know
-    note(slurm.describe(placement))
-    plan: list[tuple[str, list[str], dict[str, str]]] = []
-    size_text = env.get("BYTEPS_LOCAL_SIZE", "").strip()  # checked by worker_plan; here metrics ports only
-    local_size = int(size_text) if size_text.isdigit() else 1
-    for offset, role in enumerate(r for r in placement.roles if r != "worker"):
-        plan += service_plan(role, {**env, "DMLC_ROLE": role, **metrics_port(env, local_size + offset)})
-    if "worker" in placement.roles:
-        worker_env = {**env, "DMLC_ROLE": "worker"}
-        if placement.one_rank:  # one Slurm task per local rank: run the command once
-            if not command:
-                raise LaunchConfigError("missing the command to run (bpslaunch COMMAND [ARGS...])")
-            rank = int(worker_env["BYTEPS_LOCAL_RANK"])
-            plan.append((f"local_rank:{rank}", command_argv(command), {**worker_env, **metrics_port(env, rank)}))
-        else:
-            plan += worker_plan(command, worker_env)
-    if not plan:
-        note(f"Slurm node {placement.node}: nothing for this task to run (its node's roles run in "
-             "the node's first task); exiting")
-    return plan
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``bpslaunch`` console script; returns the exit code."""
     command = list(sys.argv[1:] if argv is None else argv)
@@ -398,13 +367,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env = dict(os.environ)
     env["PYTHONUNBUFFERED"] = "1"
     try:
-        if env.get("SLURM_PROCID", "").strip() and not env.get("DMLC_ROLE", "").strip():
-            plan = slurm_plan(command, env)
-        elif command[:1] in (["--servers"], ["--mode"]):
-            raise LaunchConfigError(f"{command[0]} applies inside a Slurm allocation only (SLURM_PROCID set "
-                                    "and DMLC_ROLE unset); elsewhere give DMLC_NUM_SERVER and each "
-                                    "machine's DMLC_ROLE")
+        from . import slurm, slurm_start  # they import this module
+        if slurm.in_allocation(env):
+            plan = slurm_start.plan(command, env)
         else:
+            slurm_start.refuse_options_outside(command)
             plan = role_plan(command, env)
     except LaunchConfigError as err:
         note(f"error: {err}")

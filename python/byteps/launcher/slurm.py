@@ -6,12 +6,13 @@ starts what bpslaunch starts for the derived roles.  The placement rule is docum
 docs/launchers.md ("Slurm"):
 
 * nodes: ``SLURM_STEP_NODELIST``, else ``SLURM_JOB_NODELIST`` (expanded by ``scontrol show
-  hostnames`` when it is on PATH, else by :func:`expand_hostlist`); in a heterogeneous job
+  hostnames`` where it works, else by :func:`expand_hostlist`); in a heterogeneous job
   (``SLURM_HET_SIZE`` = 2) group 0 (``SLURM_JOB_NODELIST_HET_GROUP_0``) holds the workers and
   group 1 the servers (CPU nodes);
 * otherwise ``BYTEPS_SLURM_SERVERS`` = K with ``BYTEPS_SLURM_MODE``: ``colocated`` (the default
   without K: a server on every worker node) or ``separate`` (the default with K: the last K
-  nodes are servers);
+  nodes are servers); a job of one node in separate mode: its tasks stand for the nodes, task i
+  (``SLURM_LOCALID``) for node i, so the last K tasks are servers and the others one worker each;
 * the scheduler runs on the first node, worker ids follow node order;
 * port: ``DMLC_PS_ROOT_PORT`` if given, else 9000 + ``SLURM_JOB_ID`` % 1000;
 * ``BYTEPS_JOB_SECRET`` is required when the job spans several nodes; never generated;
@@ -27,7 +28,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional
 
 from .config_error import LaunchConfigError
 
@@ -126,8 +127,17 @@ def scontrol_hostnames(text: str, variable: str) -> Optional[list[str]]:
 
 
 def hostnames(text: str, variable: str) -> list[str]:
-    """The hosts of a nodelist: scontrol's expansion where available, else :func:`expand_hostlist`."""
-    return scontrol_hostnames(text, variable) or expand_hostlist(text, variable)
+    """The hosts of a nodelist: scontrol's expansion where it works, else :func:`expand_hostlist`.
+    scontrol needs a Slurm configuration (Slurm gives its tasks SLURM_CONF), so its failure is an
+    error only where bpslaunch's parser cannot read the text either (with scontrol's message)."""
+    try:
+        hosts = scontrol_hostnames(text, variable)
+    except LaunchConfigError as scontrol_error:
+        try:
+            return expand_hostlist(text, variable)
+        except LaunchConfigError:
+            raise scontrol_error from None
+    return hosts or expand_hostlist(text, variable)
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,15 +266,21 @@ def _my_node(env: Mapping[str, str], nodes: list[str]) -> int:
     return node_id
 
 
-def _server_nodes(env: Mapping[str, str], n_nodes: int, het_workers: Optional[int]) -> tuple[int, bool]:
-    """(number of worker nodes, colocated)."""
-    if het_workers is not None:
-        return het_workers, False
+def _mode(env: Mapping[str, str]) -> tuple[str, Optional[int]]:
+    """(BYTEPS_SLURM_MODE, its default applied; BYTEPS_SLURM_SERVERS or None)."""
     mode = env.get("BYTEPS_SLURM_MODE", "").strip().lower()
     if mode and mode not in MODES:
         raise LaunchConfigError(f"BYTEPS_SLURM_MODE={env['BYTEPS_SLURM_MODE']!r}: expected one of {', '.join(MODES)}")
     servers = _int(env, "BYTEPS_SLURM_SERVERS", 0) if env.get("BYTEPS_SLURM_SERVERS", "").strip() else None
-    if mode == "colocated" or (not mode and servers is None):
+    return mode or ("colocated" if servers is None else "separate"), servers
+
+
+def _server_nodes(env: Mapping[str, str], n_nodes: int, het_workers: Optional[int]) -> tuple[int, bool]:
+    """(number of worker nodes, colocated)."""
+    if het_workers is not None:
+        return het_workers, False
+    mode, servers = _mode(env)
+    if mode == "colocated":
         if servers is not None and servers != n_nodes:
             raise LaunchConfigError(f"BYTEPS_SLURM_SERVERS={servers} with BYTEPS_SLURM_MODE=colocated: "
                                     f"colocated means one server per node, {n_nodes} here")
@@ -276,6 +292,20 @@ def _server_nodes(env: Mapping[str, str], n_nodes: int, het_workers: Optional[in
                                 f"(BYTEPS_SLURM_SERVERS) leave no worker node among the allocation's "
                                 f"{n_nodes}; ask for more nodes or fewer servers")
     return n_nodes - servers, False
+
+
+def _tasks_as_nodes(env: Mapping[str, str], node: str, node_tasks: int, local_id: int) -> tuple[list[str], int]:
+    """One node in separate mode: its tasks stand for the nodes of the rule, task i (SLURM_LOCALID)
+    for node i.  Returns (one entry per task, this task's index)."""
+    servers = _mode(env)[1] or 0
+    if servers >= 1 and node_tasks <= servers:
+        raise LaunchConfigError(f"too few Slurm tasks for the roles asked: {servers} server(s) "
+                                f"(BYTEPS_SLURM_SERVERS) leave no worker among the {node_tasks} task(s) of "
+                                f"the job's one node {node}; run at least {servers + 1} tasks (srun -n) or "
+                                f"fewer servers")
+    if local_id >= node_tasks:
+        raise LaunchConfigError(f"SLURM_LOCALID={local_id} but node {node} runs {node_tasks} task(s)")
+    return [node] * node_tasks, local_id
 
 
 def derive(env: Mapping[str, str],
@@ -298,16 +328,20 @@ def derive(env: Mapping[str, str],
     idle = [nodes[i] for i, t in enumerate(tasks) if t < 1]
     if idle:
         raise LaunchConfigError(f"too few Slurm tasks for the roles asked: node(s) {', '.join(idle)} run no task")
-    n_workers, colocated = _server_nodes(env, len(nodes), het_workers)
-    n_servers = n_workers if colocated else len(nodes) - n_workers
+    me = _my_node(env, nodes)
+    local_id = _int(env, "SLURM_LOCALID", 0) if env.get("SLURM_LOCALID", "").strip() else 0
+    units = nodes  # what the rule places roles on: the nodes, or the tasks of a one-node job
+    if het_workers is None and len(nodes) == 1 and _mode(env)[0] == "separate":
+        units, me = _tasks_as_nodes(env, nodes[0], tasks[0], local_id)
+        tasks, local_id = [1] * len(units), 0
+    n_workers, colocated = _server_nodes(env, len(units), het_workers)
+    n_servers = n_workers if colocated else len(units) - n_workers
     if het_workers is not None and n_servers < 1:
         raise LaunchConfigError("heterogeneous job: group 1 (the server nodes) has no node")
     if len(nodes) > 1 and not env.get("BYTEPS_JOB_SECRET", "").strip():
         raise LaunchConfigError(f"BYTEPS_JOB_SECRET is not set but the Slurm job spans {len(nodes)} nodes: "
                                 "give every task the same secret (e.g. export BYTEPS_JOB_SECRET=$(openssl "
                                 "rand -hex 16) in the sbatch script before srun)")
-    me = _my_node(env, nodes)
-    local_id = _int(env, "SLURM_LOCALID", 0) if env.get("SLURM_LOCALID", "").strip() else 0
     is_worker = me < n_workers
     roles: list[str] = []
     if local_id == 0:
@@ -331,7 +365,7 @@ def derive(env: Mapping[str, str],
         local = _local_ranks(env, tasks[me], local_id)
         out.update(local)
         one_rank = tasks[me] > 1
-    return SlurmPlacement(roles=roles, env=out, one_rank=one_rank, node=nodes[me])
+    return SlurmPlacement(roles=roles, env=out, one_rank=one_rank, node=units[me])
 
 
 def _local_ranks(env: Mapping[str, str], node_tasks: int, local_id: int) -> dict[str, str]:
@@ -364,15 +398,3 @@ def describe(placement: SlurmPlacement) -> str:
             "DMLC_PS_ROOT_PORT", "BYTEPS_LOCAL_RANK", "BYTEPS_LOCAL_SIZE")
     values = " ".join(f"{k}={placement.env[k]}" for k in keys if k in placement.env)
     return f"Slurm node {placement.node}: roles {'+'.join(placement.roles) or 'none'}; {values}"
-
-
-def apply_servers_option(command: Sequence[str], env: dict[str, str]) -> list[str]:
-    """Takes bpslaunch's ``--servers K`` / ``--mode M`` options off the command into env."""
-    rest = list(command)
-    while rest[:1] and rest[0] in ("--servers", "--mode"):
-        if len(rest) < 2:
-            raise LaunchConfigError(f"{rest[0]} needs a value (bpslaunch --servers K --mode separate CMD)")
-        key = "BYTEPS_SLURM_SERVERS" if rest[0] == "--servers" else "BYTEPS_SLURM_MODE"
-        env[key] = rest[1]
-        rest = rest[2:]
-    return rest[1:] if rest[:1] == ["--"] else rest

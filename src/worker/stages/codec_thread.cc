@@ -21,7 +21,15 @@ CodecThread::~CodecThread() {
 void CodecThread::Post(pipeline::PartitionTask* task, pipeline::StageSink* sink, Work work) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(Job{task, sink, std::move(work)});
+    jobs_.push_back(Job{task, sink, std::move(work), nullptr});
+  }
+  cv_.notify_one();
+}
+
+void CodecThread::Post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(Job{nullptr, nullptr, nullptr, std::move(fn)});
   }
   cv_.notify_one();
 }
@@ -30,7 +38,9 @@ void CodecThread::FailAll(const Status& failure) {
   std::deque<Job> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    failed.swap(jobs_);
+    std::deque<Job> kept;
+    for (Job& j : jobs_) (j.task != nullptr ? failed : kept).push_back(std::move(j));
+    jobs_.swap(kept);
   }
   for (Job& j : failed) j.sink->Complete(j.task, failure);
 }
@@ -50,8 +60,12 @@ void CodecThread::Run() {
     jobs_.pop_front();
     running_job_ = true;
     lock.unlock();
-    Status st = job.work(job.task);
-    job.sink->Complete(job.task, st);
+    if (job.task == nullptr) {
+      job.upkeep();
+    } else {
+      Status st = job.work(job.task);
+      job.sink->Complete(job.task, st);
+    }
     lock.lock();
     running_job_ = false;
   }

@@ -30,6 +30,9 @@ class CodecThread {
   CodecThread& operator=(const CodecThread&) = delete;
 
   void Post(pipeline::PartitionTask* task, pipeline::StageSink* sink, Work work);
+  // Runs `fn` on the codec thread after the jobs queued before it (the per-key state's upkeep).
+  // FailAll keeps it queued.
+  void Post(std::function<void()> fn);
   // Completes every job not yet started with `failure`.
   void FailAll(const Status& failure);
   // No job queued or running.
@@ -37,9 +40,10 @@ class CodecThread {
 
  private:
   struct Job {
-    pipeline::PartitionTask* task;
+    pipeline::PartitionTask* task;  // null: an upkeep job (`upkeep`)
     pipeline::StageSink* sink;
     Work work;
+    std::function<void()> upkeep;
   };
   void Run();
 

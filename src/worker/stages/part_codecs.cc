@@ -6,6 +6,7 @@
 
 #include "common/half.h"
 #include "worker/average.h"
+#include "worker/planning/key_assigner.h"
 
 namespace byteps::worker::stages {
 namespace {
@@ -52,6 +53,7 @@ StatusOr<PartCodecs::Part*> PartCodecs::PartFor(const pipeline::PartitionTask& t
   p.params = params;
   p.dtype = r.dtype;
   p.n = n;
+  p.generation = t.op->plan != nullptr ? planning::GenerationOf(t.op->plan->declared_key) : 0;
   p.send.resize(p.codec->MaxCompressedBytes(n));
   p.reply.resize(p.codec->MaxCompressedBytes(n));
   return &p;
@@ -83,6 +85,7 @@ Status PartCodecs::Compress(pipeline::PartitionTask* t) {
   t->wire.reply = p->reply.data();
   t->wire.reply_cap = p->reply.size();
   t->wire.reply_len = 0;
+  p->in_flight = true;
   return Status::Ok();
 }
 
@@ -93,10 +96,19 @@ Status PartCodecs::Decompress(pipeline::PartitionTask* t) {
                                 t->op->request.name, t->key));
   }
   Part& p = it->second;
-  BYTEPS_RETURN_IF_ERROR(p.codec->Decompress(t->wire.reply, t->wire.reply_len, p.n, t->dst));
-  if (t->op->request.average) DivideInPlace(t->dst, p.n, p.dtype, size_);
-  t->src = t->dst;
-  return Status::Ok();
+  p.in_flight = false;
+  Status st = p.codec->Decompress(t->wire.reply, t->wire.reply_len, p.n, t->dst);
+  if (st.ok() && t->op->request.average) DivideInPlace(t->dst, p.n, p.dtype, size_);
+  if (st.ok()) t->src = t->dst;
+  if (retired_.count(p.generation) != 0) parts_.erase(it);  // its last round
+  return st;
+}
+
+void PartCodecs::Retire(uint32_t generation) {
+  retired_.insert(generation);
+  std::erase_if(parts_, [generation](const auto& kv) {
+    return kv.second.generation == generation && !kv.second.in_flight;
+  });
 }
 
 const compress::ErrorFeedback* PartCodecs::error_feedback(uint64_t key) const {

@@ -9,6 +9,9 @@
 // src / push_len / wire. Decompress: wire.reply -> task->dst (divided by `size` when the request
 // averages); src = dst.
 //
+// Retire(g): key generation g (planning/key_assigner.h) gets no new rounds; each of its keys' state
+// goes now, or once the round it has in flight is decoded (a round that failed keeps its state).
+//
 // Threading: one thread at a time (the codec thread). The learning rate is read from an atomic the
 // engine writes (byteps_set_learning_rate), before each round's error feedback.
 #pragma once
@@ -18,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/status.h"
@@ -37,6 +41,10 @@ class PartCodecs {
   Status Compress(pipeline::PartitionTask* task);
   Status Decompress(pipeline::PartitionTask* task);
 
+  void Retire(uint32_t generation);
+
+  // The keys with state (tests).
+  size_t size() const { return parts_.size(); }
   // The state of partition key `key` (tests); null when it has none.
   const compress::ErrorFeedback* error_feedback(uint64_t key) const;
   const compress::NesterovMomentum* momentum(uint64_t key) const;
@@ -46,6 +54,8 @@ class PartCodecs {
     compress::Params params;
     DataType dtype = DataType::kFloat32;
     size_t n = 0;
+    uint32_t generation = 0;  // of the key (its plan's declared key)
+    bool in_flight = false;   // compressed, its reply not decoded yet
     std::unique_ptr<compress::Codec> codec;    // the tensor's dtype: compresses without state, decodes
     std::unique_ptr<compress::Codec> codec32;  // float32: compresses after momentum / error feedback
     std::optional<compress::ErrorFeedback> ef;
@@ -60,6 +70,7 @@ class PartCodecs {
   const std::atomic<double>* learning_rate_;
   const int size_;
   std::unordered_map<uint64_t, Part> parts_;
+  std::unordered_set<uint32_t> retired_;  // generations whose keys' state goes after their last round
 };
 
 }  // namespace byteps::worker::stages

@@ -20,6 +20,8 @@ PKGS=(
   openmpi-bin libopenmpi-dev
   # the real one-machine Slurm of tests/python/test_slurm_real.py (munged, slurmctld, slurmd, srun)
   slurm-wlm munge
+  # tests/python/test_kubernetes_manifests.py: the Kubernetes API's models (the offline schema) and YAML
+  python3-kubernetes python3-yaml
 )
 
 missing=()

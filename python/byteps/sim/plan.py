@@ -8,6 +8,10 @@ machines only; mixed, for k' up to the CPU machines available, at most n) is pri
 the closed forms (communication only, closed_forms.py) and by the simulator (one steady-state
 iteration with compute, placements.py).  The recommendation is the fastest simulated placement;
 within 1 % of it, the one with fewer CPU machines.  ``--no-simulate`` ranks by the formulas alone.
+The same rule over the placements that run servers (all but the ring) says what a byteps job
+should allocate: "servers: allocate K CPU server machines; colocate servers on the worker
+machines: yes/no" (JSON: allocate_cpu_servers, colocate, server_placement; advice.server_plan
+gives the --no-simulate answer to launchers).
 Errors name the flag and what to give, and exit with status 2.
 
 ``--probe HOST:PORT`` measures the rate against ``byteps plan --listen PORT`` on another worker

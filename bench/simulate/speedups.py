@@ -1,6 +1,6 @@
 """Predicted against measured speedup over gloo's ring all-reduce, per bench/collective case.
 
-    python3 -m bench.simulate.speedups [--out bench-results/simulate]
+    python3 -m bench.simulate.speedups [--out bench-results/simulate] [--json]
 
 For every byteps case of validate.COLLECTIVE_CASES that has a gloo figure at the same n, size and
 rate in the same section of docs/benchmarks.md (k = n, k = n/2, colocated, mixed):
@@ -92,8 +92,11 @@ def write(rows: list[dict], out: Path) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("bench-results/simulate"))
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
     args = ap.parse_args(argv)
-    print(write(speedup_rows(), args.out))
+    rows = speedup_rows()
+    md = write(rows, args.out)
+    print(json.dumps(rows, indent=1) if args.json else md)
     return 0
 
 

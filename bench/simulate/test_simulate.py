@@ -101,3 +101,10 @@ def test_the_same_partitions_per_process_with_half_the_hosts_are_predicted():
     # n = 2, k = 2, 16 MiB: each worker and server handles the partitions of n = 4, k = 4, 16 MiB
     # (missed above) on half as many emulated hosts, and is predicted within 3 %.
     assert validate.collective(2, "k=2", 16, 1000) == pytest.approx(0.1469, rel=0.03)
+
+
+def test_speedups_command_prints_json_and_writes_both_files(tmp_path, capsys):
+    assert speedups.main(["--out", str(tmp_path), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "speedups.json").read_text()) and len(printed) == 22
+    assert "| n=4 mixed:2 100 MiB @ 1000 Mbit/s |" in (tmp_path / "speedups.md").read_text()

@@ -45,7 +45,8 @@ def ks(n: int) -> list[int]:
 def _one(job: tuple) -> dict:
     model, n, rate, k, extra = job
     prof = profiles.load(model)
-    c = Cluster(n=n, gpus=8, worker_gbps=rate, k=k, flat_ring=extra.get("flat", False))
+    c = Cluster(n=n, gpus=8, worker_gbps=rate, k=k, flat_ring=extra.get("flat", False),
+                partition_cost_s=extra.get("cost_s", 0.0))
     placement = extra.get("placement") or ("ring" if k < 0 else ("colocated" if k == 0 else "mixed"))
     if placement == "ring":
         c = Cluster(n=n, gpus=8, worker_gbps=rate, k=0, flat_ring=extra.get("flat", False))
@@ -66,9 +67,12 @@ def _run_all(jobs: list[tuple], workers: int, name: str) -> list[dict]:
     return rows
 
 
-def grid(models: Sequence[str], machines: Sequence[int], rates: Sequence[int], workers: int) -> list[dict]:
+def grid(models: Sequence[str], machines: Sequence[int], rates: Sequence[int], workers: int,
+         cost_s: float = 0.0) -> list[dict]:
+    """*cost_s*: byteps' per-partition CPU cost (Cluster.partition_cost_s; the ring has none)."""
+    extra = {"cost_s": cost_s} if cost_s else {}
     jobs = [(m, n, r, -1, {}) for m in models for n in machines for r in rates]
-    jobs += [(m, n, r, k, {}) for m in models for n in machines for r in rates for k in ks(n)]
+    jobs += [(m, n, r, k, dict(extra)) for m in models for n in machines for r in rates for k in ks(n)]
     rows = _run_all(jobs, workers, "at_scale grid")
     ring = {(x["model"], x["n"], x["gbps"]): x["iteration_s"] for x in rows if x["placement"] == "ring"}
     out = []
@@ -177,10 +181,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--quick", action="store_true", help="n up to 8, 25 Gbit/s only, no seed table (a smoke run)")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--partition-cost-us", type=float, default=0.0,
+                    help="byteps' CPU time per partition message per process, in the grid (default 0: off)")
     args = ap.parse_args(argv)
     models = args.models.split(",")
     machines, rates = (MACHINES[:4], (25,)) if args.quick else (MACHINES, RATES)
-    rows = grid(models, machines, rates, args.workers)
+    rows = grid(models, machines, rates, args.workers, args.partition_cost_us * 1e-6)
     seed = [] if args.quick else seed_rows(args.workers)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "at_scale.json").write_text(json.dumps({"grid": rows, "seed": seed}, indent=1) + "\n")

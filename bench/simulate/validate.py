@@ -2,6 +2,8 @@
 
     python3 -m bench.simulate.validate [--out bench-results/simulate]
 
+(also writes the speedup table of bench/simulate/speedups.py: speedups.md, speedups.json)
+
 Cases (every figure below is copied from docs/benchmarks.md, the section named in "source"):
 
 * bench/collective (one push_pull of M bytes, no compute; 1 Gbit/s links for n = 2 and 4,
@@ -36,6 +38,7 @@ COLLECTIVE = "Collective benchmark: byteps push_pull vs gloo all_reduce vs OpenM
 MIXED = "Mixed placement: servers on worker and CPU machines (issue 30)"
 MS4 = "Model-shaped training: VGG-16 and ResNet-50 on 1 Gbit/s links, n = 4"
 MS8 = "Model-shaped training, n = 8 (500 Mbit/s links)"
+GOODPUT = "Goodput at 16–64 MiB: what holds it back"
 LAT = 0.2e-3
 
 # (n, placement, MiB, rate Mbit/s, measured s[, source section: COLLECTIVE unless given]); placement:
@@ -55,6 +58,9 @@ COLLECTIVE_CASES = [
     # one run each (n = 8: 12 emulated hosts on 2 cores)
     (2, "mixed:1", 100, 1000, 0.8888, MIXED), (2, "gloo", 100, 1000, 0.8784, MIXED),
     (8, "mixed:1", 100, 1000, 1.5209, MIXED), (8, "mixed:4", 100, 1000, 1.2868, MIXED), (8, "gloo", 100, 1000, 1.5458, MIXED),
+    # n = 2, k = 2, 16 MiB at 95.6 % of G (run 1): t = 16 MiB / (0.956 G), G = 0.956 * 125 MB/s.  The same
+    # partitions per worker and per server as n = 4, k = 4, with half the emulated hosts (no gloo figure).
+    (2, "k=2", 16, 1000, 0.1469, GOODPUT),
 ]
 # (model, n, rate Gbit/s, mode, measured img/s, source)
 MODEL_CASES = [
@@ -204,6 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     md = markdown(rs)
     (args.out / "validate.md").write_text(md)
     print(md)
+    from bench.simulate import speedups  # it imports this module
+    print(speedups.write(speedups.speedup_rows(rs), args.out))
     return 0
 
 

@@ -41,6 +41,34 @@ def test_text_output_names_placement_split_time_and_bound(capsys):
     assert "each CPU server: 30.00 % of the bytes (30.00 MB)" in out
     assert "each colocated server: 10.00 % (10.00 MB)" in out
     assert "1.25x over ring" in out and "bound (formula" in out
+    assert "servers: allocate 2 CPU server machines; colocate servers on the worker machines: yes" in out
+
+
+@pytest.mark.parametrize("argv,k,colocate,words", [
+    # mixed: 2 CPU servers and a server on each worker machine
+    (BASE + ["--grad-bytes", "100M", "--compute-ms", "0"], 2, True,
+     "allocate 2 CPU server machines; colocate servers on the worker machines: yes"),
+    # k = n: the CPU machines alone
+    (["--workers", "4", "--gpus-per-worker", "1", "--nic-gbps", "1", "--cpu-machines", "4", "--grad-bytes", "100M",
+      "--compute-ms", "0"], 4, False, "allocate 4 CPU server machines; colocate servers on the worker machines: no"),
+    # no spare CPU machines: colocated
+    (["--workers", "8", "--nic-gbps", "25", "--model", "vgg16"], 0, True,
+     "allocate 0 CPU server machines; colocate servers on the worker machines: yes"),
+    # n = 2: ring recommended; a byteps job colocates (every placement moves M per worker NIC)
+    (["--workers", "2", "--gpus-per-worker", "1", "--nic-gbps", "1", "--cpu-machines", "2", "--grad-bytes", "100M",
+      "--compute-ms", "0"], 0, True, "colocate servers on the worker machines: yes (for a byteps job: a server on each"),
+])
+@pytest.mark.parametrize("simulated", [True, False])
+def test_how_many_servers_in_words_and_json(capsys, argv, k, colocate, words, simulated):
+    argv = argv + ([] if simulated else ["--no-simulate"])
+    rc, out, err = run(capsys, argv)
+    assert rc == 0, err
+    assert words in out
+    rc, out, err = run(capsys, argv + ["--json"])
+    p = json.loads(out)
+    assert (p["allocate_cpu_servers"], p["colocate"]) == (k, colocate)
+    row = [r for r in p["candidates"] if r["placement"] == p["server_placement"] and r["cpu_servers"] == k][0]
+    assert row["placement"] != "ring" and row["colocated"] == colocate
 
 
 def test_no_cpu_machines_and_a_compute_bound_model(capsys):

@@ -10,7 +10,8 @@ Placements (n worker machines of G GPUs, k CPU-only machines):
 The byteps settings default to what its start-up tuner picks (docs/performance.md): partition
 P = sqrt(16 MiB * 100 us * B / 2) rounded to a power of two in [256 KiB, 4 MiB] (with servers on
 the workers' machines: divided by sqrt(n-1), floor 128 KiB), credit C = max(2 B RTT,
-8 max(n, k) P, 16 P) (colocated: 4 max(n, k) P).
+8 max(n, k) P, 16 P) (colocated: 4 max(n, k) P).  ``bare=True`` drops what the closed forms
+leave out: latency, summing and the per-partition CPU cost.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Cluster:
     intra_gbps: float = 1200.0      # local reduce bus bandwidth (NVLink ~150 GB/s); PCIe ~100
     sum_gbps: float = 100.0         # what one server sums, Gbit/s (12.5 GB/s: the 4 MiB reducer figure)
     latency_s: float = 50e-6        # one-way
+    partition_cost_s: float = 0.0   # CPU per partition message per process (ps.py); 0: off (docs/simulator.md)
     partition_bytes: Optional[int] = None   # None: the tuner's choice
     credit_bytes: Optional[float] = None    # None: the tuner's choice
     cycle_s: float = 5e-3           # Horovod's cycle
@@ -83,7 +85,8 @@ def ps_config(c: Cluster, placement: str, bare: bool = False) -> PSConfig:
     return PSConfig(n=c.n, k=k, colocated=colocated, worker_rate=c.worker_rate, cpu_rate=c.cpu_rate,
                     partition_bytes=p, credit_bytes=credit, gpus=c.gpus,
                     intra_rate=c.intra_gbps * 1e9 / 8, sum_rate=float("inf") if bare else c.sum_gbps * 1e9 / 8,
-                    latency_s=0.0 if bare else c.latency_s, priority=c.priority)
+                    latency_s=0.0 if bare else c.latency_s, priority=c.priority,
+                    partition_cost_s=0.0 if bare else c.partition_cost_s)
 
 
 def ring_config(c: Cluster, bare: bool = False) -> RingConfig:

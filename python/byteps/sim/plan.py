@@ -8,6 +8,10 @@ machines only; mixed, for k' up to the CPU machines available, at most n) is pri
 the closed forms (communication only, closed_forms.py) and by the simulator (one steady-state
 iteration with compute, placements.py).  The recommendation is the fastest simulated placement;
 within 1 % of it, the one with fewer CPU machines.  ``--no-simulate`` ranks by the formulas alone.
+The same rule over the placements that run servers (all but the ring) says what a byteps job
+should allocate: "servers: allocate K CPU server machines; colocate servers on the worker
+machines: yes/no" (JSON: allocate_cpu_servers, colocate, server_placement; advice.server_plan
+gives the --no-simulate answer to launchers).
 Errors name the flag and what to give, and exit with status 2.
 
 ``--probe HOST:PORT`` measures the rate against ``byteps plan --listen PORT`` on another worker
@@ -57,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--intra-gbps", type=float, default=1200.0, help="local reduce bandwidth in a machine (NVLink 1200)")
     ap.add_argument("--sum-gbps", type=float, default=100.0, help="what one server sums, Gbit/s (default 100)")
     ap.add_argument("--latency-us", type=float, default=50.0, help="one-way latency between machines, us")
+    ap.add_argument("--partition-cost-us", type=float, default=0.0,
+                    help="CPU per partition message per process, us, overlapping the wire (default 0: off)")
     ap.add_argument("--partition-bytes", help="byteps partition size (default: what the tuner picks)")
     ap.add_argument("--credit-bytes", help="byteps credit (default: what the tuner picks)")
     ap.add_argument("--flat-ring", action="store_true", help="ring through all GPUs (default: hierarchical)")
@@ -102,6 +108,8 @@ def _cluster_and_profile(a: argparse.Namespace) -> tuple[Cluster, profiles.Profi
         if a.cpu_machines == 0:
             raise PlanError("--cpu-nic-gbps is the CPU machines' rate but --cpu-machines is 0: "
                             "give --cpu-machines K, or drop --cpu-nic-gbps")
+    if not a.partition_cost_us >= 0:
+        raise PlanError(f"--partition-cost-us {a.partition_cost_us}: give 0 or more microseconds")
     if not 0 < a.goodput <= 1:
         raise PlanError(f"--goodput {a.goodput}: a fraction in (0, 1]")
     if a.model is not None and (a.grad_bytes is not None or a.compute_ms is not None):
@@ -130,7 +138,7 @@ def _cluster_and_profile(a: argparse.Namespace) -> tuple[Cluster, profiles.Profi
         raise PlanError(f"no model: give --model ({', '.join(profiles.NAMES)}), or --grad-bytes B and --compute-ms T")
     c = Cluster(n=a.workers, gpus=a.gpus_per_worker, worker_gbps=a.nic_gbps, cpu_gbps=a.cpu_nic_gbps,
                 k=a.cpu_machines, goodput=a.goodput, intra_gbps=a.intra_gbps, sum_gbps=a.sum_gbps,
-                latency_s=a.latency_us * 1e-6, flat_ring=a.flat_ring,
+                latency_s=a.latency_us * 1e-6, flat_ring=a.flat_ring, partition_cost_s=a.partition_cost_us * 1e-6,
                 partition_bytes=int(parse_bytes(a.partition_bytes, "--partition-bytes")) if a.partition_bytes else None,
                 credit_bytes=parse_bytes(a.credit_bytes, "--credit-bytes") if a.credit_bytes else None)
     return c, prof
@@ -144,6 +152,13 @@ def formula_s(c: Cluster, placement: str, nbytes: float) -> float:
     if placement == "cpu":
         return cf.cpu_only_time(c.n, c.k, c.cpu_rate, c.worker_rate) * nbytes
     return cf.optimal_split(c.n, c.k, c.cpu_rate, c.worker_rate).time * nbytes
+
+
+def pick(rows: list[dict], key: str) -> dict:
+    """The plan's rule: the fastest row by *key*; within 1 % of it, the fewest CPU machines, then
+    the list's order (simplest first: ring, colocated, CPU-only, mixed)."""
+    best_t = min(r[key] for r in rows)
+    return min((r for r in rows if r[key] <= best_t * 1.01), key=lambda r: r["cpu_servers"])
 
 
 def plan(c: Cluster, prof: profiles.Profile, simulate_it: bool = True, iterations: int = 3) -> dict:
@@ -167,14 +182,15 @@ def plan(c: Cluster, prof: profiles.Profile, simulate_it: bool = True, iteration
     ring = rows[0]
     for row in rows:
         row["speedup_vs_ring"] = ring[key] / row[key] if row[key] > 0 else 1.0
-    best_t = min(r[key] for r in rows)
-    # Within 1 % of the fastest: fewest CPU machines, then the list's order (simplest first).
-    best = min((r for r in rows if r[key] <= best_t * 1.01), key=lambda r: r["cpu_servers"])
+    best = pick(rows, key)
+    # What a byteps job should allocate: the same rule over the placements with servers.
+    servers = pick([r for r in rows if r["placement"] != "ring"], key)
     bound = formula_s(replace(c, k=min(c.k, c.n)), "mixed" if 0 < c.k < c.n else ("cpu" if c.k else "ring"), M)
     return {"workers": c.n, "gpus_per_worker": c.gpus, "nic_gbps": c.worker_gbps,
             "cpu_nic_gbps": c.cpu_gbps or c.worker_gbps, "cpu_machines_available": c.k, "goodput": c.goodput,
             "model": prof.model, "grad_bytes": M, "compute_s": prof.compute_s, "simulated": simulate_it,
-            "recommended": best, "ring": ring, "bound_comm_s": bound,
+            "recommended": best, "allocate_cpu_servers": servers["cpu_servers"], "colocate": servers["colocated"],
+            "server_placement": servers["placement"], "ring": ring, "bound_comm_s": bound,
             "bound_speedup_vs_ring": ring["comm_formula_s"] / bound if bound > 0 else 1.0, "candidates": rows}
 
 
@@ -195,6 +211,10 @@ def describe(row: dict) -> str:
     return f"mixed: {_n(row['cpu_servers'], 'CPU server')} + a server on each worker machine"
 
 
+def _row(p: dict, placement: str, cpu_servers: int) -> dict:
+    return next(r for r in p["candidates"] if r["placement"] == placement and r["cpu_servers"] == cpu_servers)
+
+
 def render(p: dict) -> str:
     M, n = p["grad_bytes"], p["workers"]
     lines = [f"byteps plan: {_n(n, 'worker machine')} x {_n(p['gpus_per_worker'], 'GPU')}, NIC {p['nic_gbps']:g} Gbit/s "
@@ -211,6 +231,12 @@ def render(p: dict) -> str:
     if r.get("share_per_colocated_server"):
         lines.append(f"  each colocated server: {r['share_per_colocated_server'] * 100:.2f} % "
                      f"({r['share_per_colocated_server'] * M / 1e6:.2f} MB)")
+    yes_no = "yes" if p["colocate"] else "no"
+    servers = (f"servers: allocate {_n(p['allocate_cpu_servers'], 'CPU server machine')}; "
+               f"colocate servers on the worker machines: {yes_no}")
+    if r["placement"] == "ring":
+        servers += f" (for a byteps job: {describe(_row(p, p['server_placement'], p['allocate_cpu_servers']))})"
+    lines.append(servers)
     ring = p["ring"]
     if p["simulated"]:
         lines.append(f"  predicted iteration {r['iteration_s'] * 1e3:.1f} ms (ring all-reduce "

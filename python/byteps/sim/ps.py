@@ -29,6 +29,17 @@ while the bytes in flight plus its own stay within the credit (or nothing is in 
 partition's bytes count as in flight from its push until its pull is back.  Each push and pull
 starts ``latency_s`` after it is issued (one-way latency).  Assignment to servers follows the
 shares (``closed_forms.server_shares``) partition by partition in declaration (backward) order.
+
+Per-partition CPU cost ``partition_cost_s`` (c, docs/performance.md's fixed cost per partition):
+each process handles its messages on one thread, c per partition message, overlapping the wire.
+The worker's dispatcher spends c on each partition before its push leaves; a server spends c on
+each worker's push of a partition, and its sum goes back once it has handled all n of them
+(a CPU server: n c per partition on its thread, of which only the last push's c shows when the
+thread keeps up; the colocated servers, averaged: c per partition on each worker machine).  On
+the testbed's 1 Gbit/s links a 256 KiB partition takes 2.2 ms on the wire, so c is hidden
+there; it counts where a partition's wire time nears c (small partitions on fast NICs).  Off
+(0) unless given: placements.Cluster and ``byteps plan --partition-cost-us`` default to 0
+(docs/simulator.md says why).
 """
 
 from __future__ import annotations
@@ -75,6 +86,7 @@ class PSConfig:
     connections: int = 1          # FIFO connections per (worker, server) pair
     priority: bool = True         # False: FIFO (every tensor the same priority, ready order)
     aggregate_above: int = 8      # more CPU servers than this: simulated as one k-fold server
+    partition_cost_s: float = 0.0  # CPU time per partition message per process (c, see above)
 
     def check(self) -> None:
         if self.n < 1:
@@ -85,6 +97,8 @@ class PSConfig:
             raise ValueError(f"PS placement: NIC rates must be positive (worker {self.worker_rate}, CPU {self.cpu_rate})")
         if self.partition_bytes < 4:
             raise ValueError(f"PS placement: partition_bytes {self.partition_bytes} (at least 4)")
+        if not self.partition_cost_s >= 0:
+            raise ValueError(f"PS placement: partition_cost_s {self.partition_cost_s} (0 or more seconds)")
 
     def shares(self) -> list[float]:
         """Per server: k CPU servers first, then the n colocated ones."""
@@ -148,6 +162,7 @@ class PSBackend:
         self.in_flight = 0.0
         self.left: dict = {}
         self.order = 0
+        self.busy_until: dict = {}   # a thread (the worker's dispatcher, a server) -> when it is free
 
     def submit(self, iteration: int, tensor: int, nbytes: int) -> None:
         parts = self.parts[tensor]
@@ -166,9 +181,28 @@ class PSBackend:
                 return
             _, j, it, length, server, tensor = heapq.heappop(self.queue)
             self.in_flight += length
-            self._start(server, True, length, lambda it=it, t=tensor, s=server, b=length: self._pushed(it, t, s, b))
+            ready = self._handle("dispatcher", self.cfg.partition_cost_s, self.cfg.partition_cost_s)
+            self._start(server, True, length, lambda it=it, t=tensor, s=server, b=length: self._pushed(it, t, s, b),
+                        ready - self.loop.now)
 
-    def _start(self, server: int, push: bool, length: int, then: Callable[[], None]) -> None:
+    def _handle(self, thread, latency: float, work: float) -> float:
+        """When *thread* is done with a partition that reached it now: *latency* after now when it
+        keeps up, else *work* after it is free (partitions queue on one thread)."""
+        if latency <= 0 and work <= 0:
+            return self.loop.now
+        done = max(self.loop.now + latency, self.busy_until.get(thread, 0.0) + work)
+        self.busy_until[thread] = done
+        return done
+
+    def _server_ready(self, server: int) -> float:
+        c, n = self.cfg.partition_cost_s, self.cfg.n
+        if server >= self.cfg.k:  # a colocated server, averaged over the n worker machines
+            return self._handle("colocated", c, c)
+        if self.aggregate:        # k threads simulated as one
+            return self._handle(("cpu", 0), c, n * c / self.cfg.k)
+        return self._handle(("cpu", server), c, n * c)
+
+    def _start(self, server: int, push: bool, length: int, then: Callable[[], None], delay: float = 0.0) -> None:
         cpu = server < self.cfg.k
         key = ("push" if push else "pull", (0 if self.aggregate else server) if cpu else "colo")
         links = self._links(server, push)
@@ -176,10 +210,11 @@ class PSBackend:
         # colocated servers.
         per = (self.cfg.k if self.aggregate else 1) if cpu else max(self.cfg.n - 1, 1)
         slots = self.cfg.connections * per
-        self.loop.at(self.cfg.latency_s, lambda: self.net.add(key, links, length, then, slots))
+        self.loop.at(delay + self.cfg.latency_s, lambda: self.net.add(key, links, length, then, slots))
 
     def _pushed(self, it: int, tensor: int, server: int, length: int) -> None:
-        self._start(server, False, length, lambda: self._pulled(it, tensor, length))
+        ready = self._server_ready(server)
+        self._start(server, False, length, lambda: self._pulled(it, tensor, length), ready - self.loop.now)
 
     def _pulled(self, it: int, tensor: int, length: int) -> None:
         self.in_flight -= length

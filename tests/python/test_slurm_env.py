@@ -141,15 +141,16 @@ def het(node_id: int, **extra: str) -> dict[str, str]:
 
 
 def test_heterogeneous_group_1_holds_the_servers() -> None:
-    placements = [slurm.derive(het(i)) for i in range(5)]
+    placements = [slurm.derive(het(i, BYTEPS_SLURM_SERVERS="3")) for i in range(5)]
     assert [p.roles for p in placements] == [["scheduler", "worker"], ["worker"], ["server"], ["server"],
                                              ["server"]]
     assert {(p.env["DMLC_NUM_WORKER"], p.env["DMLC_NUM_SERVER"], p.env["DMLC_PS_ROOT_URI"])
             for p in placements} == {("2", "3", "g1")}
     # SLURMD_NODENAME wins over SLURM_NODEID (which a het step may number per group)
-    assert slurm.derive(het(0, SLURMD_NODENAME="c2")).roles == ["server"]
+    assert slurm.derive(het(0, SLURMD_NODENAME="c2", BYTEPS_SLURM_SERVERS="3")).roles == ["server"]
     # the plain task variables describe one component: not read in a heterogeneous job
-    assert slurm.derive(het(4, SLURM_NTASKS="2", SLURM_TASKS_PER_NODE="1(x2)")).roles == ["server"]
+    assert slurm.derive(het(4, SLURM_NTASKS="2", SLURM_TASKS_PER_NODE="1(x2)", BYTEPS_SLURM_SERVERS="3")).roles == [
+        "server"]
     p = slurm.derive(het(1, SLURM_TASKS_PER_NODE_HET_GROUP_0="2(x2)", SLURM_TASKS_PER_NODE_HET_GROUP_1="1(x3)",
                          SLURM_LOCALID="1"))
     assert p.one_rank and p.env["BYTEPS_LOCAL_SIZE"] == "2"
@@ -161,6 +162,42 @@ def test_heterogeneous_group_1_holds_the_servers() -> None:
     del env["SLURM_JOB_NODELIST_HET_GROUP_1"]
     with pytest.raises(LaunchConfigError, match="The env SLURM_JOB_NODELIST_HET_GROUP_1 is missing"):
         slurm.derive(env)
+
+
+def het_nodes(workers: int, cpus: int, node_id: int, **extra: str) -> dict[str, str]:
+    env = alloc(f"g[1-{workers}],c[1-{cpus}]", node_id,
+                **{"SLURM_HET_SIZE": "2", "SLURM_JOB_NODELIST_HET_GROUP_0": f"g[1-{workers}]",
+                   "SLURM_JOB_NODELIST_HET_GROUP_1": f"c[1-{cpus}]",
+                   "SLURM_TASKS_PER_NODE_HET_GROUP_0": f"1(x{workers})",
+                   "SLURM_TASKS_PER_NODE_HET_GROUP_1": f"1(x{cpus})", **extra})
+    del env["SLURM_JOB_NODELIST"]
+    return env
+
+
+@pytest.mark.parametrize("workers, cpus, servers, colocated, idle", [
+    (4, 4, 4, False, 0),  # as many CPU nodes as workers: servers on the CPU nodes only
+    (4, 2, 2, True, 0),   # fewer: the mixed placement (a server on every worker node too)
+    (8, 4, 4, True, 0),
+    (2, 3, 0, True, 3),   # two workers: CPU servers gain nothing (2(n-1)/n = 1); colocated, CPU nodes idle
+])
+def test_heterogeneous_job_without_a_count_takes_byteps_plans_advice(workers: int, cpus: int, servers: int,
+                                                                     colocated: bool, idle: int) -> None:
+    from byteps.sim.advice import server_plan
+
+    advice = server_plan(n_workers=workers, cpu_hosts=cpus)
+    assert (advice.cpu_servers, advice.colocate) == (servers, colocated)
+    placements = [slurm.derive(het_nodes(workers, cpus, i)) for i in range(workers + cpus)]
+    want = [(["scheduler"] if i == 0 else []) + (["server"] if colocated else []) + ["worker"] for i in range(workers)]
+    want += [["server"]] * servers + [[]] * (cpus - servers)
+    assert [p.roles for p in placements] == want
+    assert {p.env["DMLC_NUM_SERVER"] for p in placements} == {str(servers + (workers if colocated else 0))}
+    assert sum(1 for p in placements[workers:] if not p.roles) == idle
+    assert "servers by byteps plan: " + advice.reason in slurm.describe(placements[0])
+
+
+def test_heterogeneous_job_server_count_outside_group_1() -> None:
+    with pytest.raises(LaunchConfigError, match="BYTEPS_SLURM_SERVERS=4 but the heterogeneous job's group 1 has 3"):
+        slurm.derive(het(0, BYTEPS_SLURM_SERVERS="4"))
 
 
 def test_several_tasks_on_a_worker_node_are_local_ranks() -> None:

@@ -8,7 +8,9 @@ docs/launchers.md ("Slurm"):
 * nodes: ``SLURM_STEP_NODELIST``, else ``SLURM_JOB_NODELIST`` (expanded by ``scontrol show
   hostnames`` where it works, else by :func:`expand_hostlist`); in a heterogeneous job
   (``SLURM_HET_SIZE`` = 2) group 0 (``SLURM_JOB_NODELIST_HET_GROUP_0``) holds the workers and
-  group 1 the servers (CPU nodes);
+  group 1 the CPU nodes: the first ``BYTEPS_SLURM_SERVERS`` of them run servers, or without it
+  as many as ``byteps plan`` advises (:func:`byteps.sim.advice.server_plan`), with a server on
+  every worker node too when it advises the mixed placement;
 * otherwise ``BYTEPS_SLURM_SERVERS`` = K with ``BYTEPS_SLURM_MODE``: ``colocated`` (the default
   without K: a server on every worker node) or ``separate`` (the default with K: the last K
   nodes are servers); a job of one node in separate mode: its tasks stand for the nodes, task i
@@ -193,6 +195,7 @@ class SlurmPlacement:
     env: dict[str, str] = field(default_factory=dict)
     one_rank: bool = False
     node: str = ""
+    advice: str = ""  # why this many servers, when byteps plan's advice chose them
 
 
 def in_allocation(env: Mapping[str, str]) -> bool:
@@ -275,23 +278,42 @@ def _mode(env: Mapping[str, str]) -> tuple[str, Optional[int]]:
     return mode or ("colocated" if servers is None else "separate"), servers
 
 
-def _server_nodes(env: Mapping[str, str], n_nodes: int, het_workers: Optional[int]) -> tuple[int, bool]:
-    """(number of worker nodes, colocated)."""
+def _server_nodes(env: Mapping[str, str], n_nodes: int, het_workers: Optional[int]) -> tuple[int, bool, int, str]:
+    """(number of worker nodes, colocated: a server on every worker node, CPU server nodes (those
+    right after the worker nodes), the placement advice's reason or "")."""
     if het_workers is not None:
-        return het_workers, False
+        return _het_servers(env, het_workers, n_nodes - het_workers)
     mode, servers = _mode(env)
     if mode == "colocated":
         if servers is not None and servers != n_nodes:
             raise LaunchConfigError(f"BYTEPS_SLURM_SERVERS={servers} with BYTEPS_SLURM_MODE=colocated: "
                                     f"colocated means one server per node, {n_nodes} here")
-        return n_nodes, True
+        return n_nodes, True, 0, ""
     if servers is None or servers < 1:
         raise LaunchConfigError("BYTEPS_SLURM_MODE=separate needs BYTEPS_SLURM_SERVERS (or --servers) >= 1")
     if servers >= n_nodes:
         raise LaunchConfigError(f"too few Slurm nodes for the roles asked: {servers} server node(s) "
                                 f"(BYTEPS_SLURM_SERVERS) leave no worker node among the allocation's "
                                 f"{n_nodes}; ask for more nodes or fewer servers")
-    return n_nodes - servers, False
+    return n_nodes - servers, False, servers, ""
+
+
+def _het_servers(env: Mapping[str, str], n_workers: int, cpu_nodes: int) -> tuple[int, bool, int, str]:
+    """A heterogeneous job's servers: the first K CPU nodes with BYTEPS_SLURM_SERVERS=K, else what
+    ``byteps plan`` advises for these node counts (byteps.sim.advice: how many of the CPU nodes, and
+    whether the worker nodes run servers too; the NIC rates taken as equal)."""
+    if cpu_nodes < 1:
+        raise LaunchConfigError("heterogeneous job: group 1 (the server nodes) has no node")
+    _, servers = _mode(env)
+    if servers is not None:
+        if not 1 <= servers <= cpu_nodes:
+            raise LaunchConfigError(f"BYTEPS_SLURM_SERVERS={servers} but the heterogeneous job's group 1 has "
+                                    f"{cpu_nodes} CPU node(s): give 1 to {cpu_nodes}")
+        return n_workers, False, servers, ""
+    from ..sim.advice import server_plan  # noqa: PLC0415 - only heterogeneous jobs without a count need it
+
+    advice = server_plan(n_workers=n_workers, cpu_hosts=cpu_nodes)
+    return n_workers, advice.colocate, advice.cpu_servers, advice.reason
 
 
 def _tasks_as_nodes(env: Mapping[str, str], node: str, node_tasks: int, local_id: int) -> tuple[list[str], int]:
@@ -334,10 +356,8 @@ def derive(env: Mapping[str, str],
     if het_workers is None and len(nodes) == 1 and _mode(env)[0] == "separate":
         units, me = _tasks_as_nodes(env, nodes[0], tasks[0], local_id)
         tasks, local_id = [1] * len(units), 0
-    n_workers, colocated = _server_nodes(env, len(units), het_workers)
-    n_servers = n_workers if colocated else len(units) - n_workers
-    if het_workers is not None and n_servers < 1:
-        raise LaunchConfigError("heterogeneous job: group 1 (the server nodes) has no node")
+    n_workers, colocated, cpu_servers, advice = _server_nodes(env, len(units), het_workers)
+    n_servers = cpu_servers + (n_workers if colocated else 0)
     if len(nodes) > 1 and not env.get("BYTEPS_JOB_SECRET", "").strip():
         raise LaunchConfigError(f"BYTEPS_JOB_SECRET is not set but the Slurm job spans {len(nodes)} nodes: "
                                 "give every task the same secret (e.g. export BYTEPS_JOB_SECRET=$(openssl "
@@ -347,7 +367,7 @@ def derive(env: Mapping[str, str],
     if local_id == 0:
         if me == 0:
             roles.append("scheduler")
-        if not is_worker or colocated:
+        if (is_worker and colocated) or n_workers <= me < n_workers + cpu_servers:
             roles.append("server")
     if env.get("DMLC_PS_ROOT_PORT", "").strip():
         port = _int(env, "DMLC_PS_ROOT_PORT", 1)
@@ -365,7 +385,7 @@ def derive(env: Mapping[str, str],
         local = _local_ranks(env, tasks[me], local_id)
         out.update(local)
         one_rank = tasks[me] > 1
-    return SlurmPlacement(roles=roles, env=out, one_rank=one_rank, node=units[me])
+    return SlurmPlacement(roles=roles, env=out, one_rank=one_rank, node=units[me], advice=advice)
 
 
 def _local_ranks(env: Mapping[str, str], node_tasks: int, local_id: int) -> dict[str, str]:
@@ -397,4 +417,5 @@ def describe(placement: SlurmPlacement) -> str:
     keys = ("DMLC_WORKER_ID", "DMLC_NUM_WORKER", "DMLC_NUM_SERVER", "DMLC_PS_ROOT_URI",
             "DMLC_PS_ROOT_PORT", "BYTEPS_LOCAL_RANK", "BYTEPS_LOCAL_SIZE")
     values = " ".join(f"{k}={placement.env[k]}" for k in keys if k in placement.env)
-    return f"Slurm node {placement.node}: roles {'+'.join(placement.roles) or 'none'}; {values}"
+    line = f"Slurm node {placement.node}: roles {'+'.join(placement.roles) or 'none'}; {values}"
+    return line + (f"; servers by byteps plan: {placement.advice}" if placement.advice else "")

@@ -18,6 +18,8 @@ PKGS=(
   protobuf-compiler libzmq3-dev libprotobuf-dev
   # the OpenMPI peer of bench/collective (MPI_Allreduce, ring)
   openmpi-bin libopenmpi-dev
+  # byteps launch --hostfile (ssh) and its test's sshd on the testbed hosts
+  openssh-client openssh-server
 )
 
 missing=()

@@ -1,7 +1,7 @@
 """``byteps launch --hostfile`` (byteps.launcher.ssh) for real, with OpenSSH.
 
-The hostfile parser and the placement rule as functions; every bad input before anything starts
-(exit 2, nothing run); and real jobs on a testbed of 9 network-namespace hosts (tools/testbed),
+Real jobs and the checks over ssh (unreachable hosts, the scheduler's port in use, a host that
+cannot run the remote helper) on a testbed of 9 network-namespace hosts (tools/testbed),
 8 of them running an ``sshd -D`` with this test's own config and keys (host 8 has none: an
 unreachable host).  The launcher itself runs on host 0, as a user would run it on the first host.
 Skipped, with the reason, only where the namespaces or sshd cannot be made or the core is not built.
@@ -15,99 +15,20 @@ import re
 import shutil
 import signal
 import subprocess
+import textwrap
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from conftest import PYTHON, REPO, job_env, missing_core
+from conftest import PYTHON, job_env, missing_core
 from tools.testbed.netns import Testbed
-
-from byteps.launcher import hostfile, ssh
-from byteps.launcher.config_error import LaunchConfigError
 
 N_HOSTS = 9  # hosts 0-7 run sshd; host 8 does not
 SSHD = "/usr/sbin/sshd"
 STEP_TIMEOUT = 60
 LAUNCH = [PYTHON, "-m", "byteps.launcher.ssh"]
-
-# --------------------------------------------------------------------------------------------
-# The hostfile and the placement rule
-
-
-def test_hostfile_forms_comments_and_slots() -> None:
-    text = "# cluster\nnode1\n\nnode2 slots=4   # four GPUs\nnode3:2\nroot@node4 slots = 1\n"
-    hosts = hostfile.parse(text, "hosts")
-    assert [(h.ssh_target, h.address, h.slots, h.line) for h in hosts] == [
-        ("node1", "node1", None, 2), ("node2", "node2", 4, 4), ("node3", "node3", 2, 5),
-        ("root@node4", "node4", 1, 6)]
-
-
-@pytest.mark.parametrize("text, message", [
-    ("a\nb c\n", "hosts:2: malformed hostfile line 'b c'"),
-    ("a slots=0\n", "hosts:1: malformed hostfile line 'a slots=0'"),
-    ("a:x\n", "hosts:1: malformed hostfile line 'a:x'"),
-    ("a max_slots=2\n", "hosts:1: malformed hostfile line"),
-    ("a\nb\nu@a:2\n", "hosts: host a is listed twice \\(lines 1 and 3\\)"),
-    ("# nothing\n\n", "hostfile hosts lists no host"),
-])
-def test_hostfile_errors(text: str, message: str) -> None:
-    with pytest.raises(LaunchConfigError, match=message):
-        hostfile.parse(text, "hosts")
-
-
-def entries(count: int) -> list[hostfile.HostEntry]:
-    return [hostfile.HostEntry(f"h{i}", None, i + 1) for i in range(count)]
-
-
-@pytest.mark.parametrize("n_hosts, n, k, mode, servers", [
-    (8, 4, 4, "separate", ["h4", "h5", "h6", "h7"]),
-    (6, 4, 2, "separate", ["h4", "h5"]),
-    (5, 4, 2, "colocated", ["h0", "h1"]),  # 4 + 2 > 5 hosts: on the first K worker hosts
-    (4, 4, None, "colocated", ["h0", "h1", "h2", "h3"]),
-    (8, 2, None, "colocated", ["h0", "h1"]),  # default: one server on each worker host
-])
-def test_placement_rule(n_hosts: int, n: int, k: int, mode: str, servers: list[str]) -> None:
-    p = ssh.place(entries(n_hosts), n, k, "hosts")
-    assert (p.scheduler.address, [h.address for h in p.workers]) == ("h0", [f"h{i}" for i in range(n)])
-    assert (p.mode, [h.address for h in p.servers]) == (mode, servers)
-    assert ssh.default_servers(n, n_hosts) == (n, "colocated")
-
-
-def test_placement_errors() -> None:
-    with pytest.raises(LaunchConfigError, match="too few hosts in hosts: 4 workers need 4 hosts .* lists 3"):
-        ssh.place(entries(3), 4, None, "hosts")
-    with pytest.raises(LaunchConfigError, match="--servers 3 with --workers 2: the hostfile hosts lists 4 hosts"):
-        ssh.place(entries(4), 2, 3, "hosts")
-
-
-# --------------------------------------------------------------------------------------------
-# Bad input that needs no host: exit 2, named, nothing run
-
-
-@pytest.mark.parametrize("content, args, message", [
-    (None, ["--workers", "1"], "cannot read hostfile {hosts}: No such file or directory"),
-    ("dir", ["--workers", "1"], "cannot read hostfile {hosts}: Is a directory"),
-    ("198.18.0.1\n198.18.0.2 slots=two\n", ["--workers", "2"], "{hosts}:2: malformed hostfile line"),
-    ("198.18.0.1\n198.18.0.2\n198.18.0.1 slots=2\n", ["--workers", "2"],
-     "{hosts}: host 198.18.0.1 is listed twice (lines 1 and 3)"),
-    ("198.18.0.1\n198.18.0.2\n", ["--workers", "3"], "too few hosts in {hosts}: 3 workers need 3 hosts"),
-    ("198.18.0.1\n198.18.0.2\n198.18.0.3\n", ["--workers", "2", "--servers", "3"],
-     "--servers 3 with --workers 2: the hostfile {hosts} lists 3 hosts"),
-])
-def test_bad_input_before_any_ssh(tmp_path: Path, content, args: list[str], message: str) -> None:
-    hosts = tmp_path / "hosts"
-    if content == "dir":
-        hosts.mkdir()
-    elif content is not None:
-        hosts.write_text(content)
-    marker = tmp_path / "ran"
-    cmd = [PYTHON, "-m", "byteps.cli", "launch", "--hostfile", str(hosts), *args, "--", "touch", str(marker)]
-    r = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=STEP_TIMEOUT)
-    assert r.returncode == 2, r
-    assert message.format(hosts=hosts) in r.stderr, r.stderr
-    assert not marker.exists()
-
 
 # --------------------------------------------------------------------------------------------
 # The testbed with an sshd on hosts 0-7
@@ -130,7 +51,8 @@ class Cluster:
         path.write_text("".join(f"{line}\n" for line in lines))
         return path
 
-    def launch(self, args: list[str], command: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def launch(self, args: list[str], command: list[str], cwd: Path,
+               env: Optional[dict[str, str]] = None) -> subprocess.Popen:
         """The launcher on host 0 (its own session)."""
         return self.tb.popen(0, [*LAUNCH, *args, *self.ssh_args(), "--", *command],
                              env=job_env({"BYTEPS_LOG_LEVEL": "WARNING", **(env or {})}), cwd=cwd,
@@ -182,10 +104,19 @@ def sshd_config(work: Path, i: int, ip: str) -> Path:
 
 
 def wait_for_sshd(tb: Testbed, ips: list[str]) -> None:
-    probe = ("import socket, sys, time\nend = time.monotonic() + 10\nfor ip in sys.argv[1:]:\n"
-             "    while True:\n        try:\n            socket.create_connection((ip, 22), timeout=1).close()\n"
-             "            break\n        except OSError:\n            if time.monotonic() > end: sys.exit(f'no sshd on {ip}')\n"
-             "            time.sleep(0.05)\n")
+    probe = textwrap.dedent("""
+        import socket, sys, time
+        end = time.monotonic() + 10
+        for ip in sys.argv[1:]:
+            while True:
+                try:
+                    socket.create_connection((ip, 22), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > end:
+                        sys.exit(f"no sshd on {ip}")
+                    time.sleep(0.05)
+        """)
     r = tb.run(0, [PYTHON, "-c", probe, *ips], timeout=20)
     assert r.returncode == 0, r.stderr
 
@@ -361,6 +292,18 @@ def test_unreachable_hosts_before_anything_starts(cluster: Cluster, tmp_path: Pa
     assert f"cannot reach host {cluster.ip(0)}" not in err
     assert not marker.exists() and cluster.wait_clean(3) == {}
     assert end - start < 15
+
+
+def test_a_host_that_cannot_run_the_remote_helper(cluster: Cluster, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    hosts = cluster.hostfile("hosts2", [cluster.ip(0), cluster.ip(1)])
+    rc, out, err, _, _ = run_launcher(cluster, ["--hostfile", str(hosts), "--workers", "2", "--remote-python",
+                                                "/nonexistent/python3"], ["touch", str(marker)], tmp_path)
+    assert rc == 2, (out, err)
+    for i in (0, 1):
+        assert f"host {cluster.ip(i)} is reachable over ssh but cannot run /nonexistent/python3 -m " \
+               "byteps.launcher.ssh_remote there (exit 127)" in err, err
+    assert not marker.exists() and cluster.wait_clean(3) == {}
 
 
 def test_scheduler_port_in_use(cluster: Cluster, tmp_path: Path) -> None:

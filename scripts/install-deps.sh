@@ -22,6 +22,8 @@ PKGS=(
   slurm-wlm munge
   # tests/python/test_kubernetes_manifests.py: the Kubernetes API's models (the offline schema) and YAML
   python3-kubernetes python3-yaml
+  # byteps launch --hostfile (ssh) and its test's sshd on the testbed hosts
+  openssh-client openssh-server
 )
 
 missing=()

@@ -3,7 +3,8 @@
 ``byteps plan ...`` is Python (:func:`byteps.sim.plan.main`: which placement to run and the
 predicted speedup, from the simulator; no native binary needed), and so are ``byteps trace merge
 ...`` (:func:`byteps.trace_merge.main`: every node's timeline in one file) and ``byteps doctor``
-(:mod:`byteps.doctor`: a deployment's check, run as a job's workers).  ``byteps top`` is the
+(:mod:`byteps.doctor`: a deployment's check, run as a job's workers), and so is ``byteps launch
+--hostfile ...`` (:func:`byteps.launcher.ssh.main`: a whole job on a hostfile's hosts over ssh).  ``byteps top`` is the
 binary's, after this wrapper found the job when none was named (:func:`find_top_job`).  Everything else (``byteps
 info``, ``byteps scheduler``, ``byteps server``, ``byteps bench``) is a subcommand of the native
 ``byteps-core``: this wrapper finds it (see :mod:`byteps.launcher.corebin`) and replaces the
@@ -53,6 +54,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .sim import plan  # noqa: PLC0415 - only this subcommand needs it
 
         return plan.main(args[1:])
+    if args and args[0] == "launch":  # byteps.launcher.ssh: a job on a hostfile's hosts over ssh
+        from .launcher import ssh  # noqa: PLC0415 - only this subcommand needs it
+
+        return ssh.main(args[1:])
     if args and args[0] == "trace":
         from . import trace_merge  # noqa: PLC0415 - only this subcommand needs it
 

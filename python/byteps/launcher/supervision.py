@@ -222,13 +222,14 @@ def settle(children: list[Child], waker: Waker, seconds: float = FAILURE_SETTLE_
 
 def supervise(children: list[Child], waker: Waker, console: Console, *,
               timeout: Optional[float] = None, services_wait: Optional[float] = None,
-              wording: Wording = Wording()) -> int:
+              services_may_stay: bool = False, wording: Wording = Wording()) -> int:
     """Waits for the job and returns its exit code as soon as the outcome is known.
 
     Every child must exit 0; after one failed, the others get FAILURE_SETTLE_S seconds to exit by
     themselves before the caller stops them.  With ``services_wait``, only the ``"worker"`` children must end
     by themselves; the others (scheduler, servers) then have ``services_wait`` seconds to follow
-    them out.  ``timeout``: seconds for the whole job.
+    them out (with ``services_may_stay``, those still running then are no failure: the job's
+    code is 0 and the caller stops them).  ``timeout``: seconds for the whole job.
     """
     deadline = time.monotonic() + timeout if timeout else None
     workers = [c for c in children if services_wait is None or c.role == "worker"]
@@ -266,6 +267,8 @@ def supervise(children: list[Child], waker: Waker, console: Console, *,
             if not pending:
                 return 0
             if time.monotonic() >= services_deadline:
+                if services_may_stay:
+                    return 0
                 console.note(f"{', '.join(pending)} did not exit after the workers finished "
                              f"(waited {services_wait:g}s); {wording.stopping}")
                 return EXIT_FAILURE

@@ -1,0 +1,331 @@
+"""``byteps launch --hostfile`` (byteps.launcher.ssh) for real, with OpenSSH.
+
+Real jobs and the checks over ssh (unreachable hosts, the scheduler's port in use, a host that
+cannot run the remote helper) on a testbed of 9 network-namespace hosts (tools/testbed),
+8 of them running an ``sshd -D`` with this test's own config and keys (host 8 has none: an
+unreachable host).  The launcher itself runs on host 0, as a user would run it on the first host.
+Skipped, with the reason, only where the namespaces or sshd cannot be made or the core is not built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+from conftest import PYTHON, job_env, missing_core
+from tools.testbed.netns import Testbed
+
+N_HOSTS = 9  # hosts 0-7 run sshd; host 8 does not
+SSHD = "/usr/sbin/sshd"
+STEP_TIMEOUT = 60
+LAUNCH = [PYTHON, "-m", "byteps.launcher.ssh"]
+
+# --------------------------------------------------------------------------------------------
+# The testbed with an sshd on hosts 0-7
+
+
+class Cluster:
+    def __init__(self, tb: Testbed, work: Path, sshd: list[subprocess.Popen]) -> None:
+        self.tb, self.work, self.sshd = tb, work, sshd
+        self.key = work / "user_key"
+
+    def ip(self, i: int) -> str:
+        return self.tb.hosts[i].ip
+
+    def ssh_args(self) -> list[str]:
+        return ["--ssh-identity", str(self.key), "--ssh-option", "UserKnownHostsFile=/dev/null",
+                "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "LogLevel=ERROR"]
+
+    def hostfile(self, name: str, lines: list[str]) -> Path:
+        path = self.work / name
+        path.write_text("".join(f"{line}\n" for line in lines))
+        return path
+
+    def launch(self, args: list[str], command: list[str], cwd: Path,
+               env: Optional[dict[str, str]] = None) -> subprocess.Popen:
+        """The launcher on host 0 (its own session)."""
+        return self.tb.popen(0, [*LAUNCH, *args, *self.ssh_args(), "--", *command],
+                             env=job_env({"BYTEPS_LOG_LEVEL": "WARNING", **(env or {})}), cwd=cwd,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def leftovers(self) -> dict[str, list[str]]:
+        """Per host, the processes other than its sshd listener (``ip netns pids``)."""
+        allowed = {p.pid for p in self.sshd}
+        left = {}
+        for h in self.tb.hosts:
+            out = subprocess.run(["ip", "netns", "pids", h.namespace], capture_output=True, text=True,
+                                 timeout=STEP_TIMEOUT).stdout.split()
+            procs = []
+            for pid in map(int, out):
+                if pid not in allowed:
+                    try:
+                        procs.append(f"{pid} {Path(f'/proc/{pid}/cmdline').read_text().replace(chr(0), ' ')}")
+                    except OSError:
+                        pass  # gone meanwhile
+            if procs:
+                left[h.name] = procs
+        return left
+
+    def wait_clean(self, seconds: float) -> dict[str, list[str]]:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = self.leftovers()
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.1)
+
+
+def why_no_cluster() -> str:
+    ok, reason = Testbed.available()
+    if not ok:
+        return f"no emulated cluster here: {reason}"
+    for tool in (SSHD, shutil.which("ssh"), shutil.which("ssh-keygen")):
+        if not tool or not os.access(tool, os.X_OK):
+            return "OpenSSH is not installed (apt-get install openssh-server openssh-client)"
+    return missing_core() or ""
+
+
+def sshd_config(work: Path, i: int, ip: str) -> Path:
+    path = work / f"sshd{i}.conf"
+    path.write_text(f"ListenAddress {ip}\nHostKey {work / 'host_key'}\nAuthorizedKeysFile {work / 'authorized_keys'}\n"
+                    "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                    f"UsePAM no\nStrictModes no\nPidFile {work / f'sshd{i}.pid'}\n")
+    return path
+
+
+def wait_for_sshd(tb: Testbed, ips: list[str]) -> None:
+    probe = textwrap.dedent("""
+        import socket, sys, time
+        end = time.monotonic() + 10
+        for ip in sys.argv[1:]:
+            while True:
+                try:
+                    socket.create_connection((ip, 22), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > end:
+                        sys.exit(f"no sshd on {ip}")
+                    time.sleep(0.05)
+        """)
+    r = tb.run(0, [PYTHON, "-c", probe, *ips], timeout=20)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    reason = why_no_cluster()
+    if reason:
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("ssh")
+    for key in ("host_key", "user_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / key)], check=True,
+                       timeout=STEP_TIMEOUT)
+    shutil.copy(work / "user_key.pub", work / "authorized_keys")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    tb = Testbed(N_HOSTS, rate_mbit=1000)
+    sshd: list[subprocess.Popen] = []
+    try:
+        for i in range(N_HOSTS - 1):
+            log = open(work / f"sshd{i}.log", "wb")
+            sshd.append(tb.popen(i, [SSHD, "-D", "-e", "-f", str(sshd_config(work, i, tb.hosts[i].ip))],
+                                 stdout=log, stderr=subprocess.STDOUT))
+            log.close()
+        wait_for_sshd(tb, [h.ip for h in tb.hosts[:N_HOSTS - 1]])
+        yield Cluster(tb, work, sshd)
+    finally:
+        for proc in sshd:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in sshd:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        tb.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Jobs
+
+JOB = """
+import os, sys, time
+import numpy as np
+import byteps.numpy as bps
+fail_rank = int(sys.argv[1])
+bps.init()
+rank = bps.rank()
+x = np.arange(1000, dtype=np.float32) * (rank + 1)
+total = bps.push_pull(x, average=False, name="ssh.x")
+print(f"FIRST rank={rank} t={time.time():.3f}", flush=True)
+print(f"RESULT rank={rank} size={bps.size()} sum={float(total.sum())} head={total[:3].tolist()}", flush=True)
+if rank == fail_rank:
+    print(f"FAILING t={time.time():.3f}", flush=True)
+    os._exit(3)
+if fail_rank >= 0:  # the others go on until the launcher stops them
+    end = time.monotonic() + 40
+    while time.monotonic() < end:
+        bps.push_pull(x, average=False, name="ssh.loop")
+bps.shutdown()
+"""
+
+
+def run_launcher(cluster: Cluster, args: list[str], command: list[str], cwd: Path, timeout: float = STEP_TIMEOUT):
+    start = time.time()
+    proc = cluster.launch(args, command, cwd)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the launcher did not end within {timeout}s\n{out}\n{err}")
+    return proc.returncode, out, err, start, time.time()
+
+
+def stamps(out: str, word: str) -> list[float]:
+    return [float(t) for t in re.findall(rf"{word} (?:rank=\d+ )?t=([\d.]+)", out)]
+
+
+def test_four_workers_four_servers(cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(JOB)
+    hosts = cluster.hostfile("hosts8", [cluster.ip(i) for i in range(8)])
+    rc, out, err, start, _ = run_launcher(cluster, ["--hostfile", str(hosts), "--workers", "4", "--servers", "4"],
+                                          [PYTHON, "job.py", "-1"], tmp_path)
+    report = f"rc={rc}\n--- stdout\n{out}\n--- stderr\n{err}"
+    assert rc == 0, report
+    assert "4 separate servers on 198.18.0.5, 198.18.0.6, 198.18.0.7, 198.18.0.8" in err, report
+    results = sorted(re.findall(r"^\[(198\.18\.0\.\d):worker:(\d)\] (RESULT .*)$", out, re.M))
+    assert results == [(f"198.18.0.{r + 1}", str(r), f"RESULT rank={r} size=4 sum={499500.0 * 10} "
+                        "head=[0.0, 10.0, 20.0]") for r in range(4)], report
+    first = stamps(out, "FIRST")
+    assert len(first) == 4, report
+    bring_up = max(first) - start
+    print(f"\nbring-up of 4 workers + 4 servers over ssh: {bring_up:.2f} s from the launcher's start "
+          f"to the last worker's first push_pull result")
+    assert bring_up < 10, report
+    assert cluster.wait_clean(5) == {}
+
+
+def test_a_failing_worker_stops_everything(cluster: Cluster, tmp_path: Path) -> None:
+    (tmp_path / "job.py").write_text(JOB)
+    hosts = cluster.hostfile("hosts8", [cluster.ip(i) for i in range(8)])
+    rc, out, err, _, end = run_launcher(cluster, ["--hostfile", str(hosts), "--workers", "4", "--servers", "4"],
+                                        [PYTHON, "job.py", "1"], tmp_path)
+    report = f"rc={rc}\n--- stdout\n{out}\n--- stderr\n{err}"
+    assert rc == 3, report
+    assert "198.18.0.2:worker:1 exited with code 3" in err, report
+    failed = stamps(out, "FAILING")
+    assert len(failed) == 1, report
+    teardown = end - failed[0]
+    left = cluster.wait_clean(max(0.0, failed[0] + 5 - time.time()))
+    clean = time.time() - failed[0]
+    print(f"\nteardown after a worker's failure: the launcher exited {teardown:.2f} s after the worker, "
+          f"every host had only its sshd left {clean:.2f} s after it")
+    assert teardown < 5, report
+    assert left == {}, f"processes left on the hosts 5 s after the failure: {left}\n{report}"
+
+
+def test_sigterm_to_the_launcher(cluster: Cluster, tmp_path: Path) -> None:
+    """Two workers (host 1 with slots=2: two local ranks), colocated servers by default; the secret
+    and an --env pair reach every worker, the secret on no command line; SIGTERM stops it all --
+    the ranks ignore SIGTERM, so the remote side's SIGKILL (after its grace) must reach them,
+    although bpslaunch started them in sessions of their own."""
+    hosts = cluster.hostfile("hosts2", [cluster.ip(0), f"{cluster.ip(1)} slots=2"])
+    secret = "ssh-test-secret-5f2a9c"
+    digest = hashlib.sha256(secret.encode()).hexdigest()  # the command line shows no secret either
+    command = [PYTHON, "-c", "import hashlib, os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                             "e = os.environ; print('UP', e['BYTEPS_LOCAL_RANK'], "
+                             "hashlib.sha256(e['BYTEPS_JOB_SECRET'].encode()).hexdigest() == "
+                             f"{digest!r}, e.get('MY_FLAG'), flush=True); time.sleep(60)"]
+    proc = cluster.launch(["--hostfile", str(hosts), "--workers", "2", "--env", "MY_FLAG=on"], command, tmp_path,
+                          env={"BYTEPS_JOB_SECRET": secret})
+    lines = []
+    deadline = time.monotonic() + 20
+    while sum("] UP " in line for line in lines) < 3 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+    deadline = time.monotonic() + 10  # the roles' ssh connections complete in any order
+    while True:
+        cmdlines = [p for procs in cluster.leftovers().values() for p in procs]
+        wrappers = [p for p in cmdlines if p.split(" ", 1)[1].startswith(f"{PYTHON} -m byteps.launcher.ssh_remote run")]
+        if len(wrappers) >= 5 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    stopped = time.monotonic() - signalled
+    print(f"\nSIGTERM to the launcher: it exited {stopped:.2f} s later")
+    report = "".join(lines) + out + "\n--- stderr\n" + err
+    ups = sorted(line.split("] ", 1)[1].strip() for line in lines if "] UP " in line)
+    assert ups == ["UP 0 True on", "UP 0 True on", "UP 1 True on"], report
+    assert "2 colocated servers on 198.18.0.1, 198.18.0.2" in err, report
+    assert len(wrappers) == 5, "\n".join(cmdlines)  # the scheduler, 2 servers, 2 workers: one ssh_remote each
+    assert not [p for p in cmdlines if secret in p], cmdlines
+    assert proc.returncode == 143, report
+    assert "received SIGTERM" in err, report
+    assert stopped < 5, report
+    assert cluster.wait_clean(5) == {}
+
+
+def test_unreachable_hosts_before_anything_starts(cluster: Cluster, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    hosts = cluster.hostfile("bad_hosts", [cluster.ip(0), cluster.ip(8), "198.18.0.200"])
+    rc, out, err, start, end = run_launcher(
+        cluster, ["--hostfile", str(hosts), "--workers", "3", "--ssh-option", "ConnectTimeout=2"],
+        ["touch", str(marker)], tmp_path)
+    assert rc == 2, (out, err)
+    assert f"cannot reach host {cluster.ip(8)} over ssh: ssh: connect to host {cluster.ip(8)} port 22: " \
+           "Connection refused" in err, err
+    assert "cannot reach host 198.18.0.200 over ssh: ssh: connect to host 198.18.0.200 port 22:" in err, err
+    assert f"cannot reach host {cluster.ip(0)}" not in err
+    assert not marker.exists() and cluster.wait_clean(3) == {}
+    assert end - start < 15
+
+
+def test_a_host_that_cannot_run_the_remote_helper(cluster: Cluster, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    hosts = cluster.hostfile("hosts2", [cluster.ip(0), cluster.ip(1)])
+    rc, out, err, _, _ = run_launcher(cluster, ["--hostfile", str(hosts), "--workers", "2", "--remote-python",
+                                                "/nonexistent/python3"], ["touch", str(marker)], tmp_path)
+    assert rc == 2, (out, err)
+    for i in (0, 1):
+        assert f"host {cluster.ip(i)} is reachable over ssh but cannot run /nonexistent/python3 -m " \
+               "byteps.launcher.ssh_remote there (exit 127)" in err, err
+    assert not marker.exists() and cluster.wait_clean(3) == {}
+
+
+def test_scheduler_port_in_use(cluster: Cluster, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    port = 23456
+    holder = cluster.tb.popen(0, [PYTHON, "-c", f"import socket, time; s = socket.socket(); "
+                                  f"s.bind(('{cluster.ip(0)}', {port})); s.listen(); print('held', flush=True); "
+                                  "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        hosts = cluster.hostfile("hosts2", [cluster.ip(0), cluster.ip(1)])
+        rc, out, err, _, _ = run_launcher(cluster, ["--hostfile", str(hosts), "--workers", "2",
+                                                    "--scheduler-port", str(port)], ["touch", str(marker)], tmp_path)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert rc == 2, (out, err)
+    assert f"the scheduler port {port} is already in use on {cluster.ip(0)}" in err, err
+    assert "Address already in use" in err, err
+    assert not marker.exists() and cluster.wait_clean(3) == {}

@@ -236,7 +236,8 @@ def test_a_failing_worker_stops_everything(cluster: Cluster, tmp_path: Path) -> 
 
 
 def test_sigterm_to_the_launcher(cluster: Cluster, tmp_path: Path) -> None:
-    """Two workers (host 1 with slots=2: two local ranks), colocated servers by default; the secret
+    """Two workers (host 1 with slots=2: two local ranks, whose output shares one stream: each
+    line is one write, so they cannot interleave), colocated servers by default; the secret
     and an --env pair reach every worker, the secret on no command line; SIGTERM stops it all --
     the ranks ignore SIGTERM, so the remote side's SIGKILL (after its grace) must reach them,
     although bpslaunch started them in sessions of their own."""
@@ -244,9 +245,9 @@ def test_sigterm_to_the_launcher(cluster: Cluster, tmp_path: Path) -> None:
     secret = "ssh-test-secret-5f2a9c"
     digest = hashlib.sha256(secret.encode()).hexdigest()  # the command line shows no secret either
     command = [PYTHON, "-c", "import hashlib, os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                             "e = os.environ; print('UP', e['BYTEPS_LOCAL_RANK'], "
+                             "e = os.environ; os.write(1, ('UP %s %s %s\\n' % (e['BYTEPS_LOCAL_RANK'], "
                              "hashlib.sha256(e['BYTEPS_JOB_SECRET'].encode()).hexdigest() == "
-                             f"{digest!r}, e.get('MY_FLAG'), flush=True); time.sleep(60)"]
+                             f"{digest!r}, e.get('MY_FLAG'))).encode()); time.sleep(60)"]
     proc = cluster.launch(["--hostfile", str(hosts), "--workers", "2", "--env", "MY_FLAG=on"], command, tmp_path,
                           env={"BYTEPS_JOB_SECRET": secret})
     lines = []

@@ -51,14 +51,21 @@ def entries(count: int) -> list[hostfile.HostEntry]:
     (8, 4, 4, "separate", ["h4", "h5", "h6", "h7"]),
     (6, 4, 2, "separate", ["h4", "h5"]),
     (5, 4, 2, "colocated", ["h0", "h1"]),  # 4 + 2 > 5 hosts: on the first K worker hosts
-    (4, 4, None, "colocated", ["h0", "h1", "h2", "h3"]),
-    (8, 2, None, "colocated", ["h0", "h1"]),  # default: one server on each worker host
+    (4, 4, None, "colocated", ["h0", "h1", "h2", "h3"]),  # default, no spare host: one on each worker host
+    (8, 2, None, "colocated", ["h0", "h1"]),  # default, two workers: CPU servers gain nothing (byteps plan)
+    (8, 4, None, "separate", ["h4", "h5", "h6", "h7"]),  # default, as many spare hosts as workers
+    (6, 4, None, "mixed", ["h0", "h1", "h2", "h3", "h4", "h5"]),  # default, fewer: mixed
 ])
 def test_placement_rule(n_hosts: int, n: int, k: int, mode: str, servers: list[str]) -> None:
     p = ssh.place(entries(n_hosts), n, k, "hosts")
     assert (p.scheduler.address, [h.address for h in p.workers]) == ("h0", [f"h{i}" for i in range(n)])
     assert (p.mode, [h.address for h in p.servers]) == (mode, servers)
-    assert ssh.default_servers(n, n_hosts) == (n, "colocated")
+    if k is None:
+        from byteps.sim.advice import server_plan
+
+        advice = server_plan(n_workers=n, cpu_hosts=n_hosts - n)
+        assert p.advice == advice.reason
+        assert ssh.describe(p, 1234, True).endswith(f"(byteps plan: {advice.reason})")
 
 
 def test_placement_errors() -> None:

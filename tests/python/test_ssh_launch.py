@@ -216,6 +216,23 @@ def test_four_workers_four_servers(cluster: Cluster, tmp_path: Path) -> None:
     assert cluster.wait_clean(5) == {}
 
 
+def test_without_servers_byteps_plans_advice_places_them(cluster: Cluster, tmp_path: Path) -> None:
+    """Four workers and two more hosts, no --servers: byteps plan's advice is the mixed placement (a
+    server on every worker host and on both other hosts); the job's sums are exact."""
+    (tmp_path / "job.py").write_text(JOB)
+    hosts = cluster.hostfile("hosts6", [cluster.ip(i) for i in range(6)])
+    rc, out, err, _, _ = run_launcher(cluster, ["--hostfile", str(hosts), "--workers", "4"], [PYTHON, "job.py", "-1"],
+                                      tmp_path)
+    report = f"rc={rc}\n--- stdout\n{out}\n--- stderr\n{err}"
+    assert rc == 0, report
+    assert ("6 mixed servers on 198.18.0.1, 198.18.0.2, 198.18.0.3, 198.18.0.4, 198.18.0.5, 198.18.0.6 "
+            "(byteps plan: 2 CPU server machines plus a server on each worker machine (mixed)") in err, report
+    results = sorted(re.findall(r"^\[(198\.18\.0\.\d):worker:(\d)\] (RESULT .*)$", out, re.M))
+    assert results == [(f"198.18.0.{r + 1}", str(r), f"RESULT rank={r} size=4 sum={499500.0 * 10} "
+                        "head=[0.0, 10.0, 20.0]") for r in range(4)], report
+    assert cluster.wait_clean(5) == {}
+
+
 def test_a_failing_worker_stops_everything(cluster: Cluster, tmp_path: Path) -> None:
     (tmp_path / "job.py").write_text(JOB)
     hosts = cluster.hostfile("hosts8", [cluster.ip(i) for i in range(8)])

@@ -10,7 +10,8 @@ Placement (docs/launchers.md, "SSH hostfile"): the scheduler on the first host; 
 first N hosts (a host's ``slots`` are its worker processes, ``BYTEPS_LOCAL_SIZE``); with
 ``--servers K`` and at least N + K hosts, servers on the next K hosts (separate), else one
 server on each of the first K worker hosts (colocated, K <= N).  Without ``--servers``:
-:func:`default_servers`.
+:func:`default_servers`, ``byteps plan``'s advice for the hosts beyond the workers (colocated,
+separate, or mixed: a server on each worker host and on the next K hosts).
 
 Every host is probed first, in parallel (``ssh ... python3 -m byteps.launcher.ssh_remote
 probe``; the first host also checks the scheduler's port).  Then one ``ssh`` per role process
@@ -61,11 +62,17 @@ FORWARDED_PREFIXES = ("BYTEPS_", "DMLC_", "PS_")
 REMOTE_MODULE = "byteps.launcher.ssh_remote"
 
 
-def default_servers(n_workers: int, n_hosts: int) -> tuple[int, str]:
-    """(server count, ``"colocated"`` or ``"separate"``) when ``--servers`` is not given: one
-    server on each worker host."""
-    del n_hosts  # the rule does not need it yet
-    return n_workers, "colocated"
+def default_servers(n_workers: int, n_hosts: int) -> tuple[int, str, str]:
+    """(servers on hosts beyond the workers' K, ``"colocated"``, ``"separate"`` or ``"mixed"``, the
+    reason) when ``--servers`` is not given: ``byteps plan``'s advice for N worker hosts and the
+    hostfile's other hosts as spare CPU machines (:func:`byteps.sim.advice.server_plan`, NIC rates
+    taken as equal).  No spare host: one server on each worker host (K = N, colocated)."""
+    from ..sim.advice import server_plan  # noqa: PLC0415 - only a launch without --servers needs it
+
+    advice = server_plan(n_workers=n_workers, cpu_hosts=max(0, n_hosts - n_workers))
+    if advice.cpu_servers == 0:
+        return n_workers, "colocated", advice.reason
+    return advice.cpu_servers, "mixed" if advice.colocate else "separate", advice.reason
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ class Placement:
     scheduler: hostfile.HostEntry
     workers: list[hostfile.HostEntry]
     servers: list[hostfile.HostEntry]
-    mode: str  # "colocated" or "separate"
+    mode: str  # "colocated", "separate" or "mixed" (a server on each worker host and the next K)
+    advice: str = ""  # why, when byteps plan's advice chose the servers
 
     @property
     def hosts(self) -> list[hostfile.HostEntry]:
@@ -87,11 +95,14 @@ def place(hosts: list[hostfile.HostEntry], n: int, k: Optional[int], path: str) 
         raise LaunchConfigError(f"too few hosts in {path}: {n} workers need {n} hosts (one worker per "
                                 f"host; slots=N for several processes on one), the hostfile lists "
                                 f"{len(hosts)}")
+    advice = ""
     if k is None:
-        k, mode = default_servers(n, len(hosts))
+        k, mode, advice = default_servers(n, len(hosts))
     else:
         mode = "separate" if len(hosts) >= n + k else "colocated"
-    if mode == "separate":
+    if mode == "mixed":
+        servers = hosts[:n] + hosts[n:n + k]
+    elif mode == "separate":
         if len(hosts) < n + k:
             raise LaunchConfigError(f"too few hosts in {path}: {n} workers and {k} separate servers "
                                     f"need {n + k} hosts, the hostfile lists {len(hosts)}")
@@ -103,7 +114,7 @@ def place(hosts: list[hostfile.HostEntry], n: int, k: Optional[int], path: str) 
                                     f"servers are one per worker host (at most {n}); list more hosts "
                                     f"or ask for fewer servers")
         servers = hosts[:k]
-    return Placement(hosts[0], hosts[:n], servers, mode)
+    return Placement(hosts[0], hosts[:n], servers, mode, advice)
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,7 +236,8 @@ def describe(placement: Placement, port: int, distributed: bool) -> str:
         return f"starting 1 worker on {workers} (single-worker job: no scheduler or servers)"
     servers = ", ".join(h.address for h in placement.servers)
     return (f"starting scheduler on {placement.scheduler.address}:{port}; {len(placement.workers)} workers on "
-            f"{workers}; {len(placement.servers)} {placement.mode} servers on {servers}")
+            f"{workers}; {len(placement.servers)} {placement.mode} servers on {servers}"
+            + (f" (byteps plan: {placement.advice})" if placement.advice else ""))
 
 
 def ssh_popen(argv: list[str], **kw) -> subprocess.Popen:

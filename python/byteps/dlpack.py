@@ -99,7 +99,8 @@ def _allocate(x: Any, view, shape: tuple, name: Optional[str]):
         return out, out.ctypes.data, None, None
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(x, torch.Tensor):
-        out = torch.empty(shape, dtype=x.dtype, device=x.device)
+        same = shape is view.shape  # x is C-contiguous: so is empty_like's output
+        out = torch.empty_like(x) if same else torch.empty(shape, dtype=x.dtype, device=x.device)
         return out, out.data_ptr(), None, None
     ns = None if t.__name__ == "PyCapsule" else _namespace(x)
     empty = getattr(ns, "empty", None)

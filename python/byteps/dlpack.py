@@ -108,8 +108,9 @@ def _allocate(x: Any, view, shape: tuple, name: Optional[str]):
         out = empty(shape, dtype=x.dtype)
         out_view = dlpack_view(out, name)
         if (out_view.device_type, out_view.device_id) != (view.device_type, view.device_id):
+            lib = getattr(ns, "__name__", type(ns).__name__)
             raise ValueError(f"byteps.dlpack: {label(x, name)} is on DLPack device {view.device_type}:"
-                             f"{view.device_id}, but {ns.__name__}.empty allocated the output on "
+                             f"{view.device_id}, but {lib}.empty allocated the output on "
                              f"{out_view.device_type}:{out_view.device_id}; use the in-place call")
         return out, out_view.ptr, out_view.owner, None
     if view.device_type == DL_CUDA:

@@ -124,6 +124,50 @@ def test_bool_through_dlpack_0_8(bps):
         bps.push_pull(Producer(flags, 6, 8), average=False, name="flags.sum")
 
 
+class _Lib:
+    """A library's namespace: empty() on a device of its choosing, and from_dlpack()."""
+    device = (1, 0)
+
+    @staticmethod
+    def empty(shape, dtype):
+        return _Arr(np.empty(shape, dtype), 2, 32, device=_Lib.device)
+
+    @staticmethod
+    def from_dlpack(array):
+        return ("from_dlpack", array)
+
+
+class _Arr(Producer):
+    dtype = np.float32
+
+    def __array_namespace__(self):
+        return _Lib
+
+
+class _NoEmpty:
+    from_dlpack = staticmethod(_Lib.from_dlpack)
+
+
+class _Arr2(Producer):
+    def __array_namespace__(self):
+        return _NoEmpty
+
+
+def test_outputs_from_the_array_library(bps, monkeypatch):
+    x = np.arange(4, dtype=np.float32)
+    out = bps.push_pull(_Arr(x, 2, 32), name="lib")
+    assert isinstance(out, _Arr) and out.deleted == 1  # exported once, to check and fill it
+    np.testing.assert_array_equal(out.buffer, x)
+    # no empty(): a NumPy buffer through the library's from_dlpack
+    tag, arr = bps.push_pull(_Arr2(x, 2, 32), name="lib2")
+    assert tag == "from_dlpack" and type(arr) is np.ndarray
+    np.testing.assert_array_equal(arr, x)
+    monkeypatch.setattr(_Lib, "device", (3, 0))  # empty() put the output elsewhere
+    with pytest.raises(ValueError, match=r"array 'lib3' is on DLPack device 1:0, but .*empty allocated the "
+                                         r"output on 3:0; use the in-place call"):
+        bps.push_pull(_Arr(x, 2, 32), name="lib3")
+
+
 def test_deleter_runs_once_at_synchronize(bps):
     p = Producer(np.arange(6, dtype=np.int32), 0, 32)
     h = bps.push_pull_async_inplace(p, average=False, name="del")

@@ -304,31 +304,34 @@ def want(dtype):
     mean = total / n if dtype[0] in "fb" else np.floor_divide(total, n)
     return total, mean
 
-def as_np(t):
-    return t.float().numpy() if t.dtype == torch.bfloat16 else t.numpy()
+def host(v, lib):  # a result as NumPy (bfloat16 as float32, which holds it exactly)
+    if lib == "np":
+        return v
+    return v.float().numpy() if v.dtype == torch.bfloat16 else v.numpy()
+
+def as_(a, dtype):
+    return a.astype(np.float32 if dtype == "bfloat16" else dtype)
 
 for lib, dtypes in (("np", NP), ("torch", TORCH)):
     for dtype in dtypes:
         mine = contribution(dtype, rank)
         x = mine if lib == "np" else torch.from_numpy(mine).to(getattr(torch, dtype))
+        copy = (lambda: x.copy()) if lib == "np" else (lambda: x.clone())
         total, mean = want(dtype)
         s = bps.push_pull(x, average=False, name=f"{lib}.sum.{dtype}")
         assert type(s) is type(x), type(s)
-        check(f"{lib} sum {dtype}", s if lib == "np" else as_np(s), total.astype(np.float32 if dtype == "bfloat16" else dtype))
-        m = bps.push_pull(x, average=True, name=f"{lib}.mean.{dtype}")
-        check(f"{lib} mean {dtype}", m if lib == "np" else as_np(m), mean.astype(np.float32 if dtype == "bfloat16" else dtype))
-        y = x.copy() if lib == "np" else x.clone()
+        check(f"{lib} sum {dtype}", host(s, lib), as_(total, dtype))
+        check(f"{lib} mean {dtype}", host(bps.push_pull(x, name=f"{lib}.mean.{dtype}"), lib), as_(mean, dtype))
+        y = copy()
         assert bps.push_pull_inplace(y, average=False, name=f"{lib}.in.{dtype}") is y
-        check(f"{lib} inplace {dtype}", y if lib == "np" else as_np(y), total.astype(np.float32 if dtype == "bfloat16" else dtype))
+        check(f"{lib} inplace {dtype}", host(y, lib), as_(total, dtype))
         # broadcast from rank 1, allgather with one more row on rank 1
-        z = x.copy() if lib == "np" else x.clone()
+        z = copy()
         assert bps.broadcast(z, 1, name=f"{lib}.bc.{dtype}") is z
-        check(f"{lib} bcast {dtype}", z if lib == "np" else as_np(z), contribution(dtype, 1).astype(np.float32 if dtype == "bfloat16" else dtype))
-        rows = x.reshape(37, 1)[: 30 + rank]
-        g = bps.allgather(rows, name=f"{lib}.ag.{dtype}")
+        check(f"{lib} bcast {dtype}", host(z, lib), as_(contribution(dtype, 1), dtype))
+        g = bps.allgather(x.reshape(37, 1)[: 30 + rank], name=f"{lib}.ag.{dtype}")
         parts = [contribution(dtype, i).reshape(37, 1)[: 30 + i] for i in range(n)]
-        check(f"{lib} allgather {dtype}", g if lib == "np" else as_np(g),
-              np.concatenate(parts).astype(np.float32 if dtype == "bfloat16" else dtype))
+        check(f"{lib} allgather {dtype}", host(g, lib), as_(np.concatenate(parts), dtype))
 # zero-size arrays, a capsule, async in flight together
 check("empty", bps.push_pull(np.zeros((0, 5), np.float32), name="empty"), np.zeros((0, 5), np.float32))
 assert tuple(bps.push_pull(torch.zeros(3, 0), name="empty.t").shape) == (3, 0)

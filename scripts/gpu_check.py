@@ -18,6 +18,10 @@ no usable GPU) from rank 0 and exits non-zero when a check failed. The steps and
     collectives  bpsrun -n 2 -s 1: broadcast (from each root) and allgather of CUDA tensors.
     worker       bpsrun -n 2 -s 1: exact sums of CUDA tensors across 2 processes sharing the GPU, and
                  DistributedOptimizer on CUDA against single-process training of the same data.
+    dlpack       bpsrun -n 2 -s 1: byteps.dlpack on CuPy and JAX device arrays (those importable):
+                 exact sums out of place (the result on the input's device) and in place, broadcast
+                 and allgather (CuPy; JAX arrays are immutable: out of place only). NEVER RUN ON A
+                 GPU YET (written without a GPU machine); gpu-check.sh runs it with GPU_CHECK_DLPACK=1.
 
 GPU_CHECK_DEVICE=cpu runs every step with CPU tensors in place of CUDA ones: not a check of the GPU
 path, a rehearsal of this script's own logic on a machine without a GPU (tests/python runs it).
@@ -223,7 +227,72 @@ def worker() -> dict:
     return {"ok": not fails, "failures": fails, "max_param_diff": diff}
 
 
-STEPS = {"dtypes": dtypes, "speed": speed, "copies": copies, "collectives": collectives, "worker": worker}
+def _dlpack_libs() -> tuple[list, list]:
+    """(name, to the library's device array, back to NumPy, writable in place, on the device?) for
+    each library the dlpack step uses, and the reasons of those it cannot."""
+    import numpy as np
+    if not ON_GPU:  # the rehearsal: the same logic on NumPy and torch CPU arrays
+        return [("numpy", np.array, lambda a: a, True, lambda a: type(a) is np.ndarray),
+                ("torch", lambda a: torch.from_numpy(a.copy()), lambda a: a.numpy(), True,
+                 lambda a: isinstance(a, torch.Tensor))], []
+    libs, missing = [], []
+    try:
+        import cupy as cp
+        libs.append(("cupy", cp.asarray, cp.asnumpy, True,
+                     lambda a: isinstance(a, cp.ndarray) and a.device.id == torch.cuda.current_device()))
+    except ImportError as err:
+        missing.append(f"cupy: {err}")
+    try:
+        import jax
+        gpu = jax.devices("gpu")[0]
+        # JAX reads on streams of its own, not ordered after the legacy default stream byteps
+        # hands the core: a device-wide synchronize first.
+        libs.append(("jax", lambda a: jax.device_put(a, gpu), lambda a: (sync(), np.asarray(a))[1], False,
+                     lambda a: set(a.devices()) == {gpu}))
+    except (ImportError, RuntimeError) as err:
+        missing.append(f"jax: {err}")
+    return libs, missing
+
+
+def dlpack() -> dict:
+    """byteps.dlpack on CuPy and JAX device arrays (never run on a GPU yet)."""
+    import numpy as np
+    import byteps.dlpack as dl
+    rank, size = bps.rank(), bps.size()
+    libs, missing = _dlpack_libs()
+    if not libs:
+        return {"ok": False, "skipped": "; ".join(missing)}
+    fails = []
+    for lib, make, host, writable, on_device in libs:
+        for dt in ("float32", "float16", "int32", "int64", "uint8"):
+            for n in (5, 300001):
+                tag = f"{lib}.{dt}.{n}"
+                mine = ((np.arange(n) % 7) * (rank + 1)).astype(dt)
+                want = sum(((np.arange(n) % 7) * (r + 1)) for r in range(size)).astype(dt)
+                out = dl.push_pull(make(mine), average=False, name=f"dl.{tag}")
+                if not on_device(out) or not np.array_equal(host(out), want):
+                    fails.append(f"push_pull {tag}")
+                if writable:
+                    y = make(mine)
+                    dl.push_pull_inplace(y, average=False, name=f"dl.in.{tag}")
+                    if not np.array_equal(host(y), want):
+                        fails.append(f"push_pull_inplace {tag}")
+                    z = make(mine)
+                    dl.broadcast(z, 0, name=f"dl.bc.{tag}")
+                    if not np.array_equal(host(z), (np.arange(n) % 7).astype(dt)):
+                        fails.append(f"broadcast {tag}")
+                g = dl.allgather(make(np.full((rank + 1, n), rank, dt)), name=f"dl.ag.{tag}")
+                if not on_device(g) or not np.array_equal(host(g), np.concatenate(
+                        [np.full((r + 1, n), r, dt) for r in range(size)])):
+                    fails.append(f"allgather {tag}")
+    names = [lib[0] for lib in libs]
+    print(f"CHECK dlpack rank {rank} ({', '.join(names)}; not available: {missing or 'none'}): "
+          f"{len(fails)} failures {fails[:5]}", flush=True)
+    return {"ok": not fails, "libraries": names, "not_available": missing, "failures": fails}
+
+
+STEPS = {"dtypes": dtypes, "speed": speed, "copies": copies, "collectives": collectives, "worker": worker,
+         "dlpack": dlpack}
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import _basics
+from . import _basics, _tensor_view
 from ._basics import (declare, get_pushpull_speed, init, local_rank, local_size, poll, rank, resume, shutdown, size,
                       suspend, synchronize)
 
@@ -37,45 +37,16 @@ __all__ = [
     "set_learning_rate",
 ]
 
-# numpy dtype name -> name of the core's dtype code constant.
-_CODES = {
-    "float32": "FLOAT32", "float64": "FLOAT64", "float16": "FLOAT16", "uint8": "UINT8",
-    "int8": "INT8", "int32": "INT32", "int64": "INT64", "int16": "INT16", "bool": "BOOL",
-}
-# bfloat16 is not a NumPy dtype, but extension packages (ml_dtypes) register one.
-_BFLOAT16 = "bfloat16"
-
-SUPPORTED_DTYPES = tuple(_CODES)
+# The dtype, contiguity and read-only checks live in _tensor_view (shared with byteps.dlpack).
+SUPPORTED_DTYPES = _tensor_view.SUPPORTED_DTYPES
+_dtype_code = _tensor_view.numpy_dtype_code
+_check = _tensor_view.check_numpy
 
 
 def __getattr__(name: str):
     if name == "BytePSError":  # lazily, so that importing this module needs no built core
         return _basics.error_type()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _dtype_code(array: np.ndarray) -> int:
-    dt = array.dtype
-    key = dt.name
-    if key == _BFLOAT16 and dt.itemsize == 2 and dt.isnative:
-        return _basics.core().BFLOAT16
-    if key not in _CODES or not dt.isnative:
-        raise TypeError(f"byteps does not support arrays of dtype {dt.str if not dt.isnative else dt.name} "
-                        f"(supported: {', '.join(SUPPORTED_DTYPES)}, in native byte order)")
-    return getattr(_basics.core(), _CODES[key])
-
-
-def _check(array: np.ndarray, inplace: bool) -> int:
-    """Validates ``array`` and returns its dtype code."""
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"byteps.numpy needs a numpy.ndarray, got {type(array).__name__}")
-    code = _dtype_code(array)
-    if not array.flags.c_contiguous:
-        raise ValueError(f"array of shape {array.shape} is not C-contiguous; pass np.ascontiguousarray(x)")
-    if inplace and not array.flags.writeable:
-        raise ValueError(f"array of shape {array.shape} is read-only; an in-place push_pull writes the "
-                         f"result into it (use push_pull for a new array)")
-    return code
 
 
 def _attrs(compression, array: np.ndarray) -> str:
@@ -88,7 +59,7 @@ def _attrs(compression, array: np.ndarray) -> str:
     if not isinstance(attrs, str):
         raise TypeError(f"compression must be an attrs string or a compressor with .attrs, "
                         f"got {type(compression).__name__}")
-    floating = array.dtype.kind == "f" or array.dtype.name == _BFLOAT16
+    floating = _tensor_view.numpy_is_floating(array)
     return "" if not floating and attrs in ("cast=fp16", "cast=bf16") else attrs
 
 

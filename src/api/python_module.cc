@@ -12,6 +12,9 @@
 
 namespace py = pybind11;
 
+// python_dlpack.cc: dlpack_view and its owner type (byteps.dlpack).
+void RegisterDLPack(py::module_& m);
+
 namespace {
 
 PyObject* g_error_type = nullptr;
@@ -229,6 +232,8 @@ PYBIND11_MODULE(_core, m) {
   m.attr("BFLOAT16") = static_cast<int>(BYTEPS_BFLOAT16);
   m.attr("INT16") = static_cast<int>(BYTEPS_INT16);
   m.attr("BOOL") = static_cast<int>(BYTEPS_BOOL);
+
+  RegisterDLPack(m);
 
   m.attr("INVALID_ARGUMENT") = static_cast<int>(BYTEPS_INVALID_ARGUMENT);
   m.attr("MISMATCH") = static_cast<int>(BYTEPS_MISMATCH);

@@ -21,7 +21,8 @@ runpy.run_path({str(REPO / "scripts" / "gpu_check.py")!r}, run_name="__main__")
 
 
 @pytest.mark.parametrize("step,workers,distributed", [("dtypes", 1, True), ("collectives", 2, False),
-                                                       ("worker", 2, False)])
+                                                       ("worker", 2, False),
+                                                       ("dlpack", 2, False)])
 def test_step_logic_on_cpu_tensors(run_job, tmp_path, step, workers, distributed):
     out = tmp_path / f"{step}.json"
     rc, stdout, stderr = run_job(workers, 1, RUN_STEP, env={"GPU_CHECK_DEVICE": "cpu"}, timeout=120,

@@ -3,7 +3,8 @@
     /usr/bin/python3 -m pytest -q bench/launch
 
 * ``summarize`` and ``table`` on hand-made runs: medians, min, max, the targets and whether the
-  medians meet them (one figure made to miss its target); bad arguments exit with status 2.
+  medians meet them (one figure made to miss its target); bad arguments, and a machine where the
+  cluster cannot be made, exit with status 2 (the latter naming the reason).
 * A 1-run smoke (about 15 s): the benchmark for real on tools/testbed/sshd.py's cluster exits 0
   (every job's sums are checked by the benchmark), prints the table, and its JSON line and
   OUT/launch.json hold every figure.  Skipped, with the reason, only where the cluster cannot be
@@ -63,6 +64,14 @@ def test_bad_arguments_exit_2(args: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         run.main(args)
     assert e.value.code == 2
+
+
+def test_no_cluster_exits_2_with_the_reason(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+                                            tmp_path: Path) -> None:
+    monkeypatch.setattr(run, "why_no_cluster", lambda: "no emulated cluster here: not root")
+    assert run.main(["--runs", "1", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "bench.launch: cannot make the ssh cluster here: no emulated cluster here: not root\n"
+    assert not (tmp_path / "launch.json").exists()
 
 
 def test_one_run_smoke(tmp_path: Path) -> None:

@@ -70,7 +70,8 @@ def test_no_cluster_exits_2_with_the_reason(monkeypatch: pytest.MonkeyPatch, cap
                                             tmp_path: Path) -> None:
     monkeypatch.setattr(run, "why_no_cluster", lambda: "no emulated cluster here: not root")
     assert run.main(["--runs", "1", "--out", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == "bench.launch: cannot make the ssh cluster here: no emulated cluster here: not root\n"
+    assert capsys.readouterr().err == ("bench.launch: cannot make the ssh cluster here: "
+                                       "no emulated cluster here: not root\n")
     assert not (tmp_path / "launch.json").exists()
 
 

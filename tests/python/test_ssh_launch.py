@@ -3,7 +3,8 @@
 Real jobs and the checks over ssh (unreachable hosts, the scheduler's port in use, a host that
 cannot run the remote helper) on a testbed of 9 network-namespace hosts (tools/testbed),
 8 of them running an ``sshd -D`` with this test's own config and keys (host 8 has none: an
-unreachable host).  The launcher itself runs on host 0, as a user would run it on the first host.
+unreachable host; the cluster, its job program and the leftover checks are tools/testbed/sshd.py,
+which bench/launch/run.py uses too).  The launcher itself runs on host 0, as a user would run it on the first host.
 Skipped, with the reason, only where the namespaces or sshd cannot be made or the core is not built.
 """
 
@@ -12,113 +13,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import signal
 import subprocess
-import textwrap
 import time
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
-from conftest import PYTHON, job_env, missing_core
-from tools.testbed.netns import Testbed
-
-N_HOSTS = 9  # hosts 0-7 run sshd; host 8 does not
-SSHD = "/usr/sbin/sshd"
-STEP_TIMEOUT = 60
-LAUNCH = [PYTHON, "-m", "byteps.launcher.ssh"]
-
-# --------------------------------------------------------------------------------------------
-# The testbed with an sshd on hosts 0-7
-
-
-class Cluster:
-    def __init__(self, tb: Testbed, work: Path, sshd: list[subprocess.Popen]) -> None:
-        self.tb, self.work, self.sshd = tb, work, sshd
-        self.key = work / "user_key"
-
-    def ip(self, i: int) -> str:
-        return self.tb.hosts[i].ip
-
-    def ssh_args(self) -> list[str]:
-        return ["--ssh-identity", str(self.key), "--ssh-option", "UserKnownHostsFile=/dev/null",
-                "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "LogLevel=ERROR"]
-
-    def hostfile(self, name: str, lines: list[str]) -> Path:
-        path = self.work / name
-        path.write_text("".join(f"{line}\n" for line in lines))
-        return path
-
-    def launch(self, args: list[str], command: list[str], cwd: Path,
-               env: Optional[dict[str, str]] = None) -> subprocess.Popen:
-        """The launcher on host 0 (its own session)."""
-        return self.tb.popen(0, [*LAUNCH, *args, *self.ssh_args(), "--", *command],
-                             env=job_env({"BYTEPS_LOG_LEVEL": "WARNING", **(env or {})}), cwd=cwd,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-    def leftovers(self) -> dict[str, list[str]]:
-        """Per host, the processes other than its sshd listener (``ip netns pids``)."""
-        allowed = {p.pid for p in self.sshd}
-        left = {}
-        for h in self.tb.hosts:
-            out = subprocess.run(["ip", "netns", "pids", h.namespace], capture_output=True, text=True,
-                                 timeout=STEP_TIMEOUT).stdout.split()
-            procs = []
-            for pid in map(int, out):
-                if pid not in allowed:
-                    try:
-                        procs.append(f"{pid} {Path(f'/proc/{pid}/cmdline').read_text().replace(chr(0), ' ')}")
-                    except OSError:
-                        pass  # gone meanwhile
-            if procs:
-                left[h.name] = procs
-        return left
-
-    def wait_clean(self, seconds: float) -> dict[str, list[str]]:
-        deadline = time.monotonic() + seconds
-        while True:
-            left = self.leftovers()
-            if not left or time.monotonic() > deadline:
-                return left
-            time.sleep(0.1)
-
-
-def why_no_cluster() -> str:
-    ok, reason = Testbed.available()
-    if not ok:
-        return f"no emulated cluster here: {reason}"
-    for tool in (SSHD, shutil.which("ssh"), shutil.which("ssh-keygen")):
-        if not tool or not os.access(tool, os.X_OK):
-            return "OpenSSH is not installed (apt-get install openssh-server openssh-client)"
-    return missing_core() or ""
-
-
-def sshd_config(work: Path, i: int, ip: str) -> Path:
-    path = work / f"sshd{i}.conf"
-    path.write_text(f"ListenAddress {ip}\nHostKey {work / 'host_key'}\nAuthorizedKeysFile {work / 'authorized_keys'}\n"
-                    "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                    f"UsePAM no\nStrictModes no\nPidFile {work / f'sshd{i}.pid'}\n")
-    return path
-
-
-def wait_for_sshd(tb: Testbed, ips: list[str]) -> None:
-    probe = textwrap.dedent("""
-        import socket, sys, time
-        end = time.monotonic() + 10
-        for ip in sys.argv[1:]:
-            while True:
-                try:
-                    socket.create_connection((ip, 22), timeout=1).close()
-                    break
-                except OSError:
-                    if time.monotonic() > end:
-                        sys.exit(f"no sshd on {ip}")
-                    time.sleep(0.05)
-        """)
-    r = tb.run(0, [PYTHON, "-c", probe, *ips], timeout=20)
-    assert r.returncode == 0, r.stderr
+from conftest import PYTHON
+from tools.testbed.sshd import JOB, STEP_TIMEOUT, Cluster, LaunchResult, ssh_cluster, stamps, why_no_cluster
 
 
 @pytest.fixture(scope="module")
@@ -126,74 +29,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
     reason = why_no_cluster()
     if reason:
         pytest.skip(reason)
-    work = tmp_path_factory.mktemp("ssh")
-    for key in ("host_key", "user_key"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / key)], check=True,
-                       timeout=STEP_TIMEOUT)
-    shutil.copy(work / "user_key.pub", work / "authorized_keys")
-    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
-    tb = Testbed(N_HOSTS, rate_mbit=1000)
-    sshd: list[subprocess.Popen] = []
-    try:
-        for i in range(N_HOSTS - 1):
-            log = open(work / f"sshd{i}.log", "wb")
-            sshd.append(tb.popen(i, [SSHD, "-D", "-e", "-f", str(sshd_config(work, i, tb.hosts[i].ip))],
-                                 stdout=log, stderr=subprocess.STDOUT))
-            log.close()
-        wait_for_sshd(tb, [h.ip for h in tb.hosts[:N_HOSTS - 1]])
-        yield Cluster(tb, work, sshd)
-    finally:
-        for proc in sshd:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in sshd:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        tb.close()
+    with ssh_cluster(tmp_path_factory.mktemp("ssh")) as c:
+        yield c
 
 
-# --------------------------------------------------------------------------------------------
-# Jobs
-
-JOB = """
-import os, sys, time
-import numpy as np
-import byteps.numpy as bps
-fail_rank = int(sys.argv[1])
-bps.init()
-rank = bps.rank()
-x = np.arange(1000, dtype=np.float32) * (rank + 1)
-total = bps.push_pull(x, average=False, name="ssh.x")
-print(f"FIRST rank={rank} t={time.time():.3f}", flush=True)
-print(f"RESULT rank={rank} size={bps.size()} sum={float(total.sum())} head={total[:3].tolist()}", flush=True)
-if rank == fail_rank:
-    print(f"FAILING t={time.time():.3f}", flush=True)
-    os._exit(3)
-if fail_rank >= 0:  # the others go on until the launcher stops them
-    end = time.monotonic() + 40
-    while time.monotonic() < end:
-        bps.push_pull(x, average=False, name="ssh.loop")
-bps.shutdown()
-"""
-
-
-def run_launcher(cluster: Cluster, args: list[str], command: list[str], cwd: Path, timeout: float = STEP_TIMEOUT):
-    start = time.time()
-    proc = cluster.launch(args, command, cwd)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"the launcher did not end within {timeout}s\n{out}\n{err}")
-    return proc.returncode, out, err, start, time.time()
-
-
-def stamps(out: str, word: str) -> list[float]:
-    return [float(t) for t in re.findall(rf"{word} (?:rank=\d+ )?t=([\d.]+)", out)]
+def run_launcher(cluster: Cluster, args: list[str], command: list[str], cwd: Path) -> LaunchResult:
+    r = cluster.run(args, command, cwd)
+    if r.hung:
+        pytest.fail(f"the launcher did not end within {STEP_TIMEOUT}s\n{r.stdout}\n{r.stderr}")
+    return r
 
 
 def test_four_workers_four_servers(cluster: Cluster, tmp_path: Path) -> None:

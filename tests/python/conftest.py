@@ -79,6 +79,15 @@ def wait_until_polled_done(bps, handles, timeout: float = 30.0) -> None:
     assert not pending, f"{len(pending)} of {len(handles)} handles never reported done by poll()"
 
 
+def kill_left(procs: list[subprocess.Popen]) -> None:
+    """Kills (SIGKILL) the process group of every process in *procs* still running, each started
+    in a session of its own (start_new_session=True), and reaps it: a test's finally."""
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
 def job_env(extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     """A hermetic environment for a byteps child process, with short timeouts."""
     return hermetic_env({**DEFAULT_JOB_ENV, **(extra or {})})

@@ -22,7 +22,7 @@ from typing import Optional
 
 import pytest
 
-from conftest import CORE_BINARY, PYTHON, job_env, free_port, missing_core, pid_alive
+from conftest import CORE_BINARY, PYTHON, job_env, free_port, missing_core, pid_alive, kill_left
 
 from byteps.launcher import bpslaunch
 from byteps.launcher.bpslaunch import LaunchConfigError
@@ -422,10 +422,7 @@ def test_real_job_through_bpslaunch(tmp_path: Path) -> None:
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)  # our own session
-                p.wait()
+        kill_left(procs)
     outputs = [log.read_text(errors="replace") for log in logs]
     report = "\n".join(f"--- {role} rc={p.returncode}\n{out}"
                        for (role, _), p, out in zip(roles, procs, outputs))

@@ -7,16 +7,14 @@ the scheduler must see register.
 
 from __future__ import annotations
 
-import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CORE_BINARY, PYTHON, free_port, missing_core
+from conftest import CORE_BINARY, PYTHON, free_port, missing_core, kill_left
 from test_bpslaunch import DIST, FAKE_CORE, LAUNCH, PUSH_PULL, launch_env, run
 
 from byteps.launcher import bpslaunch
@@ -99,10 +97,7 @@ def test_real_mixed_job_through_bpslaunch(tmp_path: Path) -> None:
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)  # our own session
-                p.wait()
+        kill_left(procs)
     outputs = [log.read_text(errors="replace") for log in logs]
     report = "\n".join(f"--- {role}@{host} rc={p.returncode}\n{out}"
                        for (role, host, _), p, out in zip(machines, procs, outputs))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CORE_BINARY, PYTHON, REPO, free_port, job_env, missing_core
+from conftest import CORE_BINARY, PYTHON, REPO, free_port, job_env, missing_core, kill_left
 from tools.k8s_job import container, one, pod_env, role_problems
 from tools.k8s_render import RenderError, render
 from tools.k8s_schema import SchemaError, validate
@@ -246,10 +245,7 @@ def test_the_base_pods_form_a_job_and_pass_their_readiness_probes(tmp_path: Path
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)  # our own session
-                p.wait()
+        kill_left(procs)
     outputs = [log.read_text(errors="replace") for log in logs]
     report = "\n".join(f"--- {pod[0]} rc={p.returncode}\n{out}" for pod, p, out in zip(pods, procs, outputs))
     assert [p.returncode for p in procs] == [0] * len(procs), report

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import CORE_BINARY, PYTHON, REPO, free_port, missing_core, run_bpsrun
+from conftest import CORE_BINARY, PYTHON, REPO, free_port, missing_core, run_bpsrun, kill_left
 from test_bpslaunch import FAKE_CORE, LAUNCH, launch_env
 
 from byteps.launcher import slurm
@@ -406,10 +405,7 @@ def test_real_job_from_fake_slurm_environments(tmp_path: Path) -> None:
         for p in procs:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)  # our own session
-                p.wait()
+        kill_left(procs)
     outputs = [log.read_text(errors="replace") for log in logs]
     report = "\n".join(f"--- node{i} rc={p.returncode}\n{out}" for i, (p, out) in enumerate(zip(procs, outputs)))
     assert [p.returncode for p in procs] == [0, 0, 0, 0], report

@@ -1,6 +1,6 @@
 """The tensor checks the byteps plugins share: dtype, contiguity, writability, device.
 
-Two kinds of input come through here:
+Three kinds of input come through here:
 
 * NumPy arrays (``byteps.numpy``): :func:`numpy_dtype_code` and :func:`check_numpy`, read from
   the array's own flags.
@@ -8,9 +8,23 @@ Two kinds of input come through here:
   exports it (``__dlpack__``), hands the capsule to the core's reader (``_core.dlpack_view``, which
   takes ownership of the DLPack tensor) and checks what the tensor itself says, so the checks are
   the same whichever library made it.
+* torch tensors (``byteps.torch``: ``ops.dtype_code``/``check_tensor``/``_device_of``): torch
+  maps its dtypes onto :data:`CORE_DTYPES` (a :class:`CoreCodes`) and calls :func:`check_layout`,
+  :data:`HOST_DEVICE` and :func:`cuda_device` from here; it reads its tensors' own attributes
+  (``is_contiguous()``, ``device``) and does not go through ``__dlpack__`` (an export costs per
+  call).  What only torch has stays in torch: the sparse-layout check and the torch.cuda queries
+  (is CUDA available, is the tensor on this process's GPU, torch's current stream).
 
-Every error names the array: its ``name=`` when given, else its type and shape.
-(``byteps.torch`` keeps its own checks in this increment.)
+The shared pieces: one table of the core's dtype names (:data:`CORE_DTYPES`; each plugin maps its
+dtypes onto it and looks the codes up through a :class:`CoreCodes`; DLPack's (code, bits) are
+mapped by the core's reader), the unsupported-dtype
+message (:func:`unsupported_dtype`), the contiguity and in-place writability checks
+(:func:`check_layout`), and the device tuple ``(kind, index, stream)`` that ``_basics.start``
+takes (:data:`HOST_DEVICE`, :func:`cuda_device`).  Each plugin keeps its own wording of what it
+names (array, tensor) and how to fix it, so its messages are as before.
+
+Errors of byteps.numpy and byteps.dlpack name the array: its ``name=`` when given, else its type
+and shape; byteps.torch's name the tensor's shape.
 """
 
 from __future__ import annotations
@@ -25,6 +39,49 @@ try:
 except ImportError:  # byteps.dlpack works without NumPy; byteps.numpy needs it anyway
     _np = None
 
+# The core's dtype code constants (``byteps._core.FLOAT32``...): every plugin maps its own dtypes
+# onto these names, so the codes come from one table.
+CORE_DTYPES = ("FLOAT32", "FLOAT64", "FLOAT16", "BFLOAT16", "UINT8", "INT8", "INT32", "INT64", "INT16", "BOOL")
+# The device tuple (kind, index, stream) of host memory, as _basics.start takes it.
+HOST_DEVICE = (0, 0, 0)
+
+
+class CoreCodes(dict):
+    """A plugin's dtype -> the core's dtype code, by its table ``names`` (its dtype -> a name of
+    :data:`CORE_DTYPES`).  ``codes[dtype]``: the code, read from the core on a dtype's first lookup
+    (the core loads lazily) and kept, so a lookup costs one dict access; None for a dtype that
+    ``names`` lacks."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: dict) -> None:
+        super().__init__()
+        self.names = names
+
+    def __missing__(self, key: Any) -> Optional[int]:
+        core_name = self.names.get(key)
+        if core_name is None:
+            return None
+        code = self[key] = getattr(_basics.core(), core_name)
+        return code
+
+
+def unsupported_dtype(noun: str, shown: Any, supported, suffix: str = "") -> TypeError:
+    """The error for a dtype the core has no code for (``noun``: arrays or tensors)."""
+    return TypeError(f"byteps does not support {noun} of dtype {shown} (supported: {', '.join(supported)}{suffix})")
+
+
+def check_layout(contiguous: bool, writable: bool, x: Any, describe, order: str, fix: str) -> None:
+    """The contiguity and (for an in-place call) writability checks of every plugin: ValueError
+    naming the array (``describe(x)``, called only on failure) and the fix (``order``: "C-" where
+    the plugin says C-contiguous)."""
+    if not contiguous:
+        raise ValueError(f"{describe(x)} is not {order}contiguous; pass {fix}")
+    if not writable:
+        raise ValueError(f"{describe(x)} is read-only; an in-place push_pull writes the result into it "
+                         f"(use push_pull for a new array)")
+
+
 # numpy dtype name -> name of the core's dtype code constant.
 NUMPY_CODES = {
     "float32": "FLOAT32", "float64": "FLOAT64", "float16": "FLOAT16", "uint8": "UINT8",
@@ -34,6 +91,7 @@ NUMPY_CODES = {
 BFLOAT16 = "bfloat16"
 
 SUPPORTED_DTYPES = tuple(NUMPY_CODES)
+_NUMPY_CORE_CODES = CoreCodes(NUMPY_CODES)
 
 
 def numpy_dtype_code(array) -> int:
@@ -42,10 +100,15 @@ def numpy_dtype_code(array) -> int:
     key = dt.name
     if key == BFLOAT16 and dt.itemsize == 2 and dt.isnative:
         return _basics.core().BFLOAT16
-    if key not in NUMPY_CODES or not dt.isnative:
-        raise TypeError(f"byteps does not support arrays of dtype {dt.str if not dt.isnative else dt.name} "
-                        f"(supported: {', '.join(SUPPORTED_DTYPES)}, in native byte order)")
-    return getattr(_basics.core(), NUMPY_CODES[key])
+    code = _NUMPY_CORE_CODES[key] if dt.isnative else None
+    if code is None:
+        raise unsupported_dtype("arrays", dt.str if not dt.isnative else dt.name, SUPPORTED_DTYPES,
+                                ", in native byte order")
+    return code
+
+
+def _numpy_label(array) -> str:
+    return f"array of shape {array.shape}"
 
 
 def check_numpy(array, inplace: bool) -> int:
@@ -54,11 +117,9 @@ def check_numpy(array, inplace: bool) -> int:
     if not isinstance(array, _np.ndarray):
         raise TypeError(f"byteps.numpy needs a numpy.ndarray, got {type(array).__name__}")
     code = numpy_dtype_code(array)
-    if not array.flags.c_contiguous:
-        raise ValueError(f"array of shape {array.shape} is not C-contiguous; pass np.ascontiguousarray(x)")
-    if inplace and not array.flags.writeable:
-        raise ValueError(f"array of shape {array.shape} is read-only; an in-place push_pull writes the "
-                         f"result into it (use push_pull for a new array)")
+    flags = array.flags
+    check_layout(flags.c_contiguous, not inplace or flags.writeable, array, _numpy_label, "C-",
+                 "np.ascontiguousarray(x)")
     return code
 
 
@@ -104,7 +165,7 @@ class DLView:
     def __init__(self, raw: tuple) -> None:
         (self.owner, self.ptr, self.code, self.dl_dtype, self.shape, self.contiguous, self.device_type,
          self.device_id, self.nbytes) = raw
-        self.device = (0, 0, 0)  # (kind, index, stream) for _basics.start; host memory
+        self.device = HOST_DEVICE  # (kind, index, stream) for _basics.start
 
 
 def _export(x: Any, name: Optional[str], stream: Optional[int]):
@@ -165,8 +226,7 @@ def dlpack_view(x: Any, name: Optional[str] = None, stream: Optional[int] = None
         raise TypeError(f"byteps.dlpack: {_named(x, name, view)} has an unsupported dtype: DLPack code {code} "
                         f"({kind}), {bits} bits, {lanes} lane{'s' if lanes != 1 else ''} "
                         f"(supported: {DL_SUPPORTED}, one lane)")
-    if not view.contiguous:
-        raise ValueError(f"byteps.dlpack: {_named(x, name, view)} is not C-contiguous; pass a contiguous copy")
+    check_layout(view.contiguous, True, (x, name, view), _dlpack_label, "C-", "a contiguous copy")
     if view.device_type not in (DL_CPU, DL_CUDA, DL_CUDA_HOST):
         raise ValueError(_device_message(x, name, view.device_type, view.device_id))
     if view.device_type == DL_CUDA:
@@ -177,7 +237,8 @@ def dlpack_view(x: Any, name: Optional[str] = None, stream: Optional[int] = None
 def cuda_device(c, device_id: int, stream: Optional[int]) -> tuple[int, int, int]:
     """The device tuple for CUDA memory: the core's CUDA kind, the device id and the consumer
     stream (None, 0 or 1, DLPack's legacy default stream, is the core's null stream: the same stream;
-    DLPack forbids 0, so it is taken for the null stream it is in CUDA)."""
+    DLPack forbids 0, so it is taken for the null stream it is in CUDA).  byteps.dlpack passes the
+    DLPack consumer stream, byteps.torch torch's current stream handle (0 for the default stream)."""
     s = DEFAULT_STREAM if not stream else int(stream)
     return (c.DEVICE_CUDA, int(device_id), 0 if s == DEFAULT_STREAM else s)
 
@@ -186,3 +247,7 @@ def _named(x: Any, name: Optional[str], view: DLView) -> str:
     if name is not None or getattr(x, "shape", None) is not None:
         return label(x, name)
     return f"{label(x, name)} of shape {view.shape}"
+
+
+def _dlpack_label(what: tuple) -> str:
+    return f"byteps.dlpack: {_named(*what)}"

@@ -23,6 +23,7 @@ from typing import Optional
 import torch
 
 from .. import _basics
+from .._tensor_view import check_layout
 
 # Horovod's reduce ops (plain ints, as its C library's).
 Average, Sum, Adasum, Min, Max, Product = 0, 1, 2, 3, 4, 5
@@ -89,8 +90,12 @@ def check_tensor(tensor, allowed, what: str) -> None:
         raise ValueError(f"Tensor type {tensor.type()} is not supported. ({what} takes {names})")
     if tensor.layout != torch.strided:
         raise ValueError(f"{what}: {tensor.layout} tensors are not supported; pass a dense tensor")
-    if not tensor.is_contiguous():
-        raise ValueError(f"{what}: tensor of shape {tuple(tensor.shape)} is not contiguous; pass tensor.contiguous()")
+    check_layout(tensor.is_contiguous(), True, (what, tensor), _label, "", "tensor.contiguous()")
+
+
+def _label(what_tensor: tuple) -> str:
+    what, tensor = what_tensor
+    return f"{what}: tensor of shape {tuple(tensor.shape)}"
 
 
 def same_device(tensors, what: str) -> None:
@@ -186,7 +191,7 @@ def call_attrs(kind: str, tensor: Optional[torch.Tensor] = None, **extra) -> str
 def _device(tensor):
     from . import ops  # noqa: PLC0415 - ops imports nothing from here; lazy keeps the import order free
 
-    return ops._device_of(tensor)
+    return ops._device_of(tensor)  # byteps._tensor_view's device tuple
 
 
 def core_code(dtype: torch.dtype) -> Optional[int]:

@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from .. import _basics
+from .._tensor_view import HOST_DEVICE, CoreCodes, check_layout, cuda_device, unsupported_dtype
 from .._basics import local_rank, local_size, poll, rank, shutdown, size, suspend, synchronize
 from .compression import Compression, attrs_for, attrs_of
 
@@ -36,13 +37,14 @@ __all__ = [
     "SUPPORTED_DTYPES", "declare_tensor", "set_learning_rate",
 ]
 
-# torch dtype -> name of the core's dtype code constant.
+# torch dtype -> name of the core's dtype code constant (byteps._tensor_view.CORE_DTYPES).
 _CODES = {
     torch.float32: "FLOAT32", torch.float64: "FLOAT64", torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16",
     torch.uint8: "UINT8", torch.int8: "INT8", torch.int32: "INT32", torch.int64: "INT64",
     torch.int16: "INT16", torch.bool: "BOOL",
 }
 SUPPORTED_DTYPES = tuple(str(dt).replace("torch.", "") for dt in _CODES)
+_CORE_CODES = CoreCodes(_CODES)
 
 # Per broadcast_object name, the buffer size of its first broadcast in this session (see
 # byteps.torch.functions.broadcast_object); restarted by init() when not initialized.  (The names
@@ -59,11 +61,14 @@ def init(lazy: bool = True) -> None:
 
 def dtype_code(dtype: torch.dtype) -> int:
     """The core's code for a torch dtype; TypeError naming the dtype when unsupported."""
-    key = _CODES.get(dtype)
-    if key is None:
-        raise TypeError(f"byteps does not support tensors of dtype {dtype} "
-                        f"(supported: {', '.join(SUPPORTED_DTYPES)})")
-    return getattr(_basics.core(), key)
+    code = _CORE_CODES[dtype]
+    if code is None:
+        raise unsupported_dtype("tensors", dtype, SUPPORTED_DTYPES)
+    return code
+
+
+def _label(tensor) -> str:
+    return f"tensor of shape {tuple(tensor.shape)}"
 
 
 def check_tensor(tensor) -> int:
@@ -95,8 +100,7 @@ def check_tensor(tensor) -> int:
     if tensor.layout != torch.strided:
         raise ValueError(f"{tensor.layout} tensors are not supported; pass a dense tensor (tensor.to_dense())")
     code = dtype_code(tensor.dtype)
-    if not tensor.is_contiguous():
-        raise ValueError(f"tensor of shape {tuple(tensor.shape)} is not contiguous; pass tensor.contiguous()")
+    check_layout(tensor.is_contiguous(), True, tensor, _label, "", "tensor.contiguous()")
     return code
 
 
@@ -105,11 +109,12 @@ def _nbytes(tensor: torch.Tensor) -> int:
 
 
 def _device_of(tensor: torch.Tensor) -> tuple[int, int, int]:
-    """(kind, index, stream) for the core: a CUDA tensor's device and torch's current stream there."""
+    """(kind, index, stream) for the core: a CUDA tensor's device and torch's current stream there
+    (its handle; 0, the null stream, for the default stream; handle 1, cudaStreamLegacy, goes to the
+    core as 0, the same stream in a core built without per-thread default streams, as it is)."""
     if not tensor.is_cuda:
-        return (0, 0, 0)
-    stream = torch.cuda.current_stream(tensor.device).cuda_stream
-    return (_basics.core().DEVICE_CUDA, tensor.device.index, int(stream))
+        return HOST_DEVICE
+    return cuda_device(_basics.core(), tensor.device.index, torch.cuda.current_stream(tensor.device).cuda_stream)
 
 
 def _start(tensor: torch.Tensor, output: torch.Tensor, code: int, average: bool, name: Optional[str],

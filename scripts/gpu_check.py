@@ -21,7 +21,7 @@ no usable GPU) from rank 0 and exits non-zero when a check failed. The steps and
     dlpack       bpsrun -n 2 -s 1: byteps.dlpack on CuPy and JAX device arrays (those importable):
                  exact sums out of place (the result on the input's device) and in place, broadcast
                  and allgather (CuPy; JAX arrays are immutable: out of place only). NEVER RUN ON A
-                 GPU YET (written without a GPU machine); gpu-check.sh runs it with GPU_CHECK_DLPACK=1.
+                 GPU YET (written without a GPU machine); gpu-check.sh runs it last (GPU_CHECK_DLPACK=0: not).
 
 GPU_CHECK_DEVICE=cpu runs every step with CPU tensors in place of CUDA ones: not a check of the GPU
 path, a rehearsal of this script's own logic on a machine without a GPU (tests/python runs it).

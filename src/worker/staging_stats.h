@@ -21,7 +21,9 @@ struct StagingStats {
   size_t working_set_bytes = 0;  // the working set now (partitions' own lengths)
   size_t peak_working_set_bytes = 0;
   // What pinned_bytes never exceeds: the largest sum, over the partitions holding a buffer at one
-  // moment, of the buffer each may take (at most 1.25 x its bytes for partitions of >= 256 bytes).
+  // moment, of the buffer each may take (Fit: at most 1.25 x its bytes for partitions of >= 256
+  // bytes); raised only by an allocation that found nothing idle to free while oversized leases
+  // were held, to the pinned bytes then (stages/staging_pool.h, the bound).
   size_t budget_bytes = 0;
   size_t idle_bytes = 0;     // pinned, free for the next partition that fits
   size_t retired_bytes = 0;  // pinned, last used by a retired key generation (still in use, or about to go)
@@ -30,6 +32,7 @@ struct StagingStats {
   std::map<uint32_t, size_t> pinned_bytes_by_generation;
   uint64_t allocated = 0;    // buffers ever allocated (Device::AllocHost)
   uint64_t reused = 0;       // partitions served from the pool without an allocation
+  uint64_t oversized = 0;    // of those, served with an idle buffer above their Fit (not to free it)
   uint64_t freed = 0;        // buffers freed before shutdown (to make room, or a retired generation's)
 };
 

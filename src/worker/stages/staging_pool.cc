@@ -30,6 +30,7 @@ void StagingPool::CountLease(size_t bytes) {
   stats_.working_set_bytes += bytes;
   stats_.peak_working_set_bytes = std::max(stats_.peak_working_set_bytes, stats_.working_set_bytes);
   fit_ += Fit(bytes);
+  charged_ += Fit(bytes);
   budget_ = std::max(budget_, fit_);
 }
 
@@ -79,12 +80,39 @@ StatusOr<uint8_t*> StagingPool::Acquire(device::Device* dev, uint64_t lease, uin
     auto it = idle_.lower_bound({dev, bytes});
     if (it != idle_.end() && it->first.first == dev && it->first.second <= Fit(bytes)) {
       reused = it->second.ptr;
-      leases_[lease] = Lease{{dev, reused, it->first.second}, bytes, generation, 1};
+      leases_[lease] = Lease{{dev, reused, it->first.second}, bytes, Fit(bytes), generation, 1};
       idle_.erase(it);
       ++stats_.reused;
     } else {
       size = SizeClass(bytes);
-      TrimFor(size, &victims);
+      size_t after = stats_.pinned_bytes;
+      for (const Buffer& b : victims) after -= b.size;
+      // Allocating would go over the budget: rather than free an idle buffer to allocate, lease the
+      // smallest idle one of the partition's generation that holds `bytes` (above Fit(bytes): the
+      // hit above took any within it), if charging its whole size keeps the charges within the
+      // budget. (Another generation's buffers are what a new partition size replaces.)
+      auto big = it;
+      if (after + size > budget_) {
+        while (big != idle_.end() && big->first.first == dev &&
+               (big->second.generation != generation || charged_ - Fit(bytes) + big->first.second > budget_)) {
+          ++big;
+        }
+      }
+      if (after + size > budget_ && big != idle_.end() && big->first.first == dev) {
+        reused = big->second.ptr;
+        charged_ += big->first.second - Fit(bytes);
+        leases_[lease] = Lease{{dev, reused, big->first.second}, bytes, big->first.second, generation, 1};
+        idle_.erase(big);
+        ++stats_.reused;
+        ++stats_.oversized;
+      } else {
+        TrimFor(size, &victims);
+        // Nothing idle is left and it still does not fit: only while oversized leases are held
+        // (staging_pool.h, the bound). The budget takes the excess.
+        after = stats_.pinned_bytes;
+        for (const Buffer& b : victims) after -= b.size;
+        budget_ = std::max(budget_, after + size);
+      }
     }
   }
   Free(victims);  // before the allocation: the pages go back first
@@ -102,9 +130,10 @@ StatusOr<uint8_t*> StagingPool::Acquire(device::Device* dev, uint64_t lease, uin
     --stats_.buffers;
     stats_.working_set_bytes -= bytes;
     fit_ -= Fit(bytes);
+    charged_ -= Fit(bytes);
     return p.status().WithContext(fmt::format("{}: a pinned staging buffer of {} bytes", dev->name(), size));
   }
-  leases_[lease] = Lease{{dev, *p, size}, bytes, generation, 1};
+  leases_[lease] = Lease{{dev, *p, size}, bytes, Fit(bytes), generation, 1};
   ++stats_.allocated;
   return static_cast<uint8_t*>(*p);
 }
@@ -121,6 +150,7 @@ void StagingPool::Release(uint64_t lease) {
   const Lease& l = it->second;
   stats_.working_set_bytes -= l.bytes;
   fit_ -= Fit(l.bytes);
+  charged_ -= l.charge;
   if (retired_.count(l.generation)) {
     doomed_.emplace_back(l.generation, l.buffer);
   } else {

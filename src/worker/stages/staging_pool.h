@@ -16,11 +16,28 @@
 // b bytes takes an idle buffer of the same device sized b .. Fit(b) = max(1.25 b, its class): for
 // b >= 256, at most 1.25 b.
 //
+// Oversized leases. A miss whose allocation would take pinned bytes over the budget first takes
+// the smallest idle buffer of the same device and the partition's key generation that holds its
+// bytes (of any class, so above its Fit): no allocation, no free. Settled rounds whose partitions
+// of different classes overlap differently then run on the buffers already pinned instead of
+// freeing one class to allocate another (each costly with CUDA). The cost: a partition may hold a
+// buffer larger than its Fit (memory pinned anyway). Another generation's buffers are not taken:
+// they are what a new partition size replaces. stats: `reused` counts such a lease, `oversized` too.
+//
 // The bound. `budget` = the largest sum, over the partitions holding a buffer at one moment, of
-// Fit(b) (at most 1.25 x the peak working set when partitions are >= 256 bytes). A miss allocates
-// the class of b; when that would take the pinned bytes over the budget, idle buffers go first,
-// least recently used first. So pinned bytes <= budget at all times: when nothing idle is left,
-// every pinned buffer is in use, and each is at most its partition's Fit.
+// Fit(b) (at most 1.25 x the peak working set when partitions are >= 256 bytes). Pinned bytes grow
+// only on an allocation; an oversized lease changes none. Before an allocation, idle buffers are
+// freed, least recently used first, until it fits the budget or none is idle. Then every pinned
+// buffer is leased: a lease's buffer is at most its charge, Fit(b), or its buffer's size for an
+// oversized lease, so pinned bytes + the new buffer <= the sum of the charges = the sum of Fits
+// (<= budget) + the oversized leases' excess (their bytes above their Fit). Hence pinned <= budget
+// while no oversized lease is held (the proof of the pool without them), and at most their excess
+// over it otherwise; an allocation that goes over raises `budget` to the pinned bytes, so pinned <=
+// budget always holds. To keep that rare, an oversized lease is taken only while the charges, its
+// own included, fit the budget: over, the miss frees and allocates as without them. (Charging only
+// Fit would let several partitions take large idle buffers, and then partitions whose Fits fill the
+// budget would find nothing idle to free: staging_churn_test.cc.) In the tests, unit and the
+// tuner's pinned_staging_test, the budget stays the largest sum of Fits.
 //
 // Key generations (planning/key_assigner.h): each lease carries its partition's generation. Retire(g)
 // frees g's idle buffers, and g's leases free theirs when they end: a partition size the tuner
@@ -84,7 +101,8 @@ class StagingPool {
   };
   struct Lease {
     Buffer buffer;
-    size_t bytes = 0;  // the partition's
+    size_t bytes = 0;   // the partition's
+    size_t charge = 0;  // in charged_: Fit(bytes), or the buffer's size when that is larger (oversized)
     uint32_t generation = 0;
     int holders = 0;
   };
@@ -113,7 +131,8 @@ class StagingPool {
   std::set<uint32_t> retired_;
   uint64_t returns_ = 0;
   size_t fit_ = 0;               // sum of Fit(bytes) over the leases
-  size_t budget_ = 0;            // the largest fit_ so far
+  size_t charged_ = 0;           // sum of the leases' charges (Fit(bytes), or an oversized buffer's size)
+  size_t budget_ = 0;            // the largest fit_ so far (or more: the bound, in the header comment)
   StagingStats stats_;           // pinned_bytes, working set, counters (the rest computed in stats())
 };
 
